@@ -1,0 +1,1 @@
+"""SLO autoscaling: pure policy cores (no Ray imports) plus the Ray Serve adapter in `serve_adapter`."""

@@ -1,0 +1,57 @@
+"""The contract every autoscaling policy implements, live (Ray Serve) and in the simulator."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class ReplicaMetrics:
+    """Rolling metrics one replica reports (record_autoscaling_stats / the simulator)."""
+
+    replica_id: str
+    ttft_p90_ms: float | None = None  # None: no request finished prefill in the window
+    itl_p90_ms: float | None = None
+    waiting: int = 0  # engine queue depth
+    running: int = 0
+    kv_usage: float = 0.0
+    requests_per_s: float = 0.0  # arrivals in the window
+    prompt_tokens_per_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    mean_prompt_tokens: float = 0.0
+    mean_output_tokens: float = 0.0
+    cache_hit_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScalingInput:
+    now: float
+    current_replicas: int  # replicas running or starting (the target Serve is working towards)
+    running_replicas: int  # replicas serving now
+    metrics: Sequence[ReplicaMetrics]  # may be empty: the policy must then hold
+    total_ongoing: float = 0.0  # ongoing requests across the deployment (Serve's own signal)
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int
+    reason: str
+
+
+class ScalingPolicy(ABC):
+    """Desired replica count from metrics. Pure; state lives on the instance and round-trips
+    through `get_state`/`set_state` (Serve keeps it in the policy_state dict between calls)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def decide(self, inp: ScalingInput) -> Decision: ...
+
+    def get_state(self) -> dict[str, Any]:
+        return {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        return None

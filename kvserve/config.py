@@ -1,0 +1,244 @@
+"""The one config model: every knob of kvserve lives here.
+
+Serve config, Helm values (and their JSON schema) and CLI flags are derived
+from these classes, so a knob added here shows up everywhere.
+
+Sources, lowest to highest precedence: defaults < YAML file < environment
+(``KVSERVE_<SECTION>__<FIELD>``, e.g. ``KVSERVE_SERVER__PORT=9000``) < explicit
+overrides (CLI flags).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+ENV_PREFIX = "KVSERVE_"
+
+
+class _Section(BaseModel):
+    # Unknown keys are errors: a typo in a YAML file must fail loudly at start.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    source: str = Field(
+        DEFAULT_MODEL,
+        description="Model to serve: the embedded default name, a Hugging Face id, or a local path.",
+    )
+    served_name: str | None = Field(None, description="Name clients use in `model`; defaults to `source`.")
+    tokenizer: str | None = Field(None, description="Tokenizer id/path if different from the model.")
+    max_model_len: int = Field(2048, ge=64, description="Context length (prompt + completion) in tokens.")
+
+    @property
+    def name(self) -> str:
+        return self.served_name or self.source
+
+
+class EngineConfig(_Section):
+    """vLLM engine arguments. Defaults are the fast settings for the CPU build."""
+
+    device: Literal["cpu", "gpu"] = "cpu"
+    dtype: str = Field("float32", description="float32 on CPU (bf16 is ~5x slower there); bfloat16/auto on GPU.")
+    enforce_eager: bool = Field(True, description="Skip graph capture/compile (saves ~2 min warm-up on CPU).")
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    block_size: int = Field(16, ge=1, description="KV block size in tokens; the router hashes blocks of this size.")
+    kv_cache_gib: float = Field(1.0, gt=0, description="CPU only: KV cache space per replica (VLLM_CPU_KVCACHE_SPACE).")
+    kv_cache_tokens: int | None = Field(
+        None, ge=16, description="Cap on KV cache tokens per replica (num_gpu_blocks_override); None = all memory."
+    )
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_num_seqs: int = Field(32, ge=1, description="Continuous-batching width.")
+    max_num_batched_tokens: int = Field(2048, ge=16, description="Token budget of one engine step (chunked prefill).")
+    tensor_parallel_size: int = Field(1, ge=1)
+    quantization: str | None = Field(None, description="awq, gptq, fp8, ... (GPU).")
+    kv_cache_dtype: str = "auto"
+    omp_threads_bind: str = Field("auto", description="CPU only: VLLM_CPU_OMP_THREADS_BIND.")
+    cpus_per_replica: float = Field(1.0, gt=0, description="Ray CPUs reserved per replica.")
+    gpus_per_replica: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica (GPU device).")
+    extra_args: dict[str, Any] = Field(default_factory=dict, description="Passed through to vLLM AsyncEngineArgs.")
+
+    @model_validator(mode="after")
+    def _gpu_needs_gpus(self) -> EngineConfig:
+        if self.device == "gpu" and self.gpus_per_replica == 0:
+            self.__dict__["gpus_per_replica"] = float(self.tensor_parallel_size)
+        return self
+
+
+class RouterConfig(_Section):
+    policy: Literal["round_robin", "pow2", "ray_prefix", "kvserve"] = "kvserve"
+    prefill_ms_per_token: float = Field(
+        2.5, gt=0, description="Cost model: prefill time per uncached prompt token (from `kvserve profile`)."
+    )
+    decode_ms_per_seq: float = Field(
+        5.0, ge=0, description="Cost model: extra time a running sequence adds to each engine step."
+    )
+    tie_tolerance: float = Field(
+        0.1, ge=0, le=1, description="Replicas within this fraction of the best cost are near-ties, chosen at random."
+    )
+    speculative_ttl_s: float = Field(
+        10.0, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
+    )
+    stats_period_s: float = Field(0.5, gt=0, description="How often replicas report routing stats (cache + load).")
+    stale_after_s: float = Field(10.0, gt=0, description="A replica silent for this long drops out of the index.")
+
+
+class SLOConfig(_Section):
+    ttft_p90_ms: float = Field(2000.0, gt=0)
+    itl_p90_ms: float = Field(200.0, gt=0)
+
+
+class AutoscalingConfig(_Section):
+    enabled: bool = False
+    policy: Literal["kvserve", "serve_default"] = "kvserve"
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(2, ge=1)
+    initial_replicas: int | None = Field(None, ge=0)
+    target_ongoing_requests: float = Field(8.0, gt=0, description="serve_default only.")
+    upscale_delay_s: float = Field(10.0, ge=0)
+    downscale_delay_s: float = Field(60.0, ge=0)
+    max_step: int = Field(4, ge=1, description="Most replicas added or removed in one decision.")
+    headroom: float = Field(0.8, gt=0, le=1, description="Plan each replica to this fraction of modelled capacity.")
+    hysteresis: float = Field(0.6, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")
+    drain_grace_s: float = Field(60.0, ge=0, description="In-flight requests get this long to finish on scale-down.")
+    look_back_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must be <= max_replicas")
+        return self
+
+
+class TenantKey(_Section):
+    tenant: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="sha256 hex of the API key.")
+    key_env: str | None = Field(None, description="Read the key from this environment variable.")
+    key_file: str | None = Field(None, description="Read the key from this file (e.g. a mounted Secret).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TenantKey:
+        given = [x for x in (self.key_sha256, self.key_env, self.key_file) if x]
+        if len(given) != 1:
+            raise ValueError("exactly one of key_sha256, key_env, key_file must be set")
+        return self
+
+    def resolved_sha256(self) -> str:
+        """The key's sha256 hex; keys from env/file are hashed as soon as they are read."""
+        if self.key_sha256:
+            return self.key_sha256
+        if self.key_env:
+            raw = os.environ.get(self.key_env)
+            if not raw:
+                raise ValueError(f"tenants.keys: environment variable {self.key_env} is not set")
+        else:
+            raw = Path(self.key_file).read_text().strip()  # type: ignore[arg-type]
+        return hashlib.sha256(raw.strip().encode()).hexdigest()
+
+
+class TenantsConfig(_Section):
+    open_mode: bool = Field(
+        False, description="Dev mode: no API keys required; every request is tenant `default`."
+    )
+    keys: list[TenantKey] = Field(default_factory=list)
+    keys_file: str | None = Field(
+        None, description="YAML/JSON list of {tenant, key_sha256} entries (e.g. a mounted Secret)."
+    )
+
+    @model_validator(mode="after")
+    def _needs_keys_or_open(self) -> TenantsConfig:
+        if not self.open_mode and not self.keys and not self.keys_file:
+            raise ValueError("no API keys configured: add tenants.keys / tenants.keys_file or set tenants.open_mode")
+        return self
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Larger request bodies get 413.")
+    max_ongoing_requests: int = Field(64, ge=1, description="Per replica; beyond it requests queue.")
+    max_queued_requests: int = Field(256, ge=-1, description="Per caller; beyond it 503 (-1 = unbounded).")
+    request_timeout_s: float = Field(600.0, gt=0)
+    max_tokens_limit: int = Field(4096, ge=1, description="Requests asking for more tokens than this get 400.")
+
+
+class KVServeConfig(_Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    num_replicas: int = Field(2, ge=1, description="Fixed replica count when autoscaling is off.")
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
+    tenants: TenantsConfig = Field(default_factory=lambda: TenantsConfig(open_mode=True))
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    app_name: str = Field("kvserve", pattern=r"^[a-z0-9-]+$")
+
+
+class ConfigError(ValueError):
+    """A config that does not validate; the message names the offending field."""
+
+
+def _set_path(d: dict, path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        d = d.setdefault(key, {})
+    d[path[-1]] = value
+
+
+def _env_overrides(environ: dict[str, str]) -> dict:
+    out: dict = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__")]
+        if path[0] not in KVServeConfig.model_fields:
+            continue
+        _set_path(out, path, yaml.safe_load(raw) if raw != "" else None)
+    return out
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for k, v in over.items():
+        merged[k] = deep_merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(root)"
+        lines.append(f"{field}: {e['msg']}")
+    return "invalid kvserve config:\n  " + "\n  ".join(lines)
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: dict | None = None,
+    environ: dict[str, str] | None = None,
+) -> KVServeConfig:
+    """Defaults < YAML file < KVSERVE_* env < overrides. Raises ConfigError naming the field."""
+    data: dict = {}
+    if path:
+        text = Path(path).read_text()
+        loaded = yaml.safe_load(text) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        data = loaded
+    data = deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
+    if overrides:
+        data = deep_merge(data, overrides)
+    try:
+        return KVServeConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def dump_config(cfg: KVServeConfig) -> dict:
+    return cfg.model_dump(mode="json")

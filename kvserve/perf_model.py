@@ -1,0 +1,95 @@
+"""Engine performance model from a measured profile (`kvserve profile` or ../shared/profiles).
+
+Used by the router's cost model, the autoscaler's capacity model and the
+simulator, so all three predict with the same numbers. Pure Python.
+
+Profile JSON (what `kvserve profile` writes; the shared H200 profile has the same keys):
+  block_size, kv_cache_tokens,
+  prefill: [{prompt_tokens, cached_fraction, ttft_ms}],
+  decode:  [{context_tokens, batch, itl_ms}]
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _interp(xs: list[float], ys: list[float], x: float) -> float:
+    """Piecewise-linear interpolation, linear extrapolation beyond the ends."""
+    if len(xs) == 1:
+        return ys[0] * (x / xs[0] if xs[0] else 1.0)
+    i = bisect.bisect_left(xs, x)
+    i = min(max(i, 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 != x0 else y0
+
+
+@dataclass
+class EngineProfile:
+    block_size: int
+    kv_cache_tokens: int
+    # uncached prompt tokens -> prefill ms (fit over cold and cached points alike)
+    prefill_tokens: list[float]
+    prefill_ms: list[float]
+    # batch size -> decode step ms, per context length
+    decode: dict[int, tuple[list[float], list[float]]]
+    source: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> EngineProfile:
+        # Prefill cost is driven by the uncached tokens; cached tokens cost ~nothing.
+        pts: dict[float, list[float]] = {}
+        for p in d["prefill"]:
+            uncached = round(p["prompt_tokens"] * (1.0 - p.get("cached_fraction", 0.0)))
+            pts.setdefault(float(uncached), []).append(float(p["ttft_ms"]))
+        xs = sorted(pts)
+        ys = [sorted(pts[x])[len(pts[x]) // 2] for x in xs]
+        # Enforce monotone non-decreasing cost (measurement noise at small sizes).
+        for i in range(1, len(ys)):
+            ys[i] = max(ys[i], ys[i - 1])
+        dec: dict[int, tuple[list[float], list[float]]] = {}
+        for p in d["decode"]:
+            bx, by = dec.setdefault(int(p["context_tokens"]), ([], []))
+            bx.append(float(p["batch"]))
+            by.append(float(p["itl_ms"]))
+        for ctx, (bx, by) in list(dec.items()):
+            order = sorted(range(len(bx)), key=bx.__getitem__)
+            dec[ctx] = ([bx[i] for i in order], [by[i] for i in order])
+        return cls(int(d.get("block_size", 16)), int(d["kv_cache_tokens"]), xs, ys, dec, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> EngineProfile:
+        return cls.from_dict(json.loads(Path(path).read_text()), source=str(path))
+
+    def prefill_ms_for(self, uncached_tokens: float) -> float:
+        return max(0.0, _interp(self.prefill_tokens, self.prefill_ms, max(uncached_tokens, 0.0)))
+
+    def prefill_ms_per_token(self) -> float:
+        """Marginal prefill cost at the large end of the profile (the router's cost slope)."""
+        xs, ys = self.prefill_tokens, self.prefill_ms
+        if len(xs) < 2:
+            return ys[0] / max(xs[0], 1.0)
+        return max((ys[-1] - ys[0]) / max(xs[-1] - xs[0], 1.0), 1e-6)
+
+    def decode_step_ms(self, batch: int, context_tokens: float = 512) -> float:
+        """One decode step's time (= ITL) for `batch` running sequences at `context_tokens`."""
+        ctxs = sorted(self.decode)
+        batch = max(batch, 1)
+        vals = [_interp(*self.decode[c], float(batch)) for c in ctxs]
+        if len(ctxs) == 1:
+            return vals[0]
+        return max(_interp([float(c) for c in ctxs], vals, float(context_tokens)), 0.1)
+
+    def max_decode_batch_for_itl(self, itl_ms: float, context_tokens: float = 512, cap: int = 1024) -> int:
+        """Largest batch whose decode step stays within `itl_ms` (at least 1)."""
+        lo, hi = 1, cap
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.decode_step_ms(mid, context_tokens) <= itl_ms:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo

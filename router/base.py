@@ -1,0 +1,63 @@
+"""The contract every routing policy implements, live and in the simulator.
+
+A policy sees replicas only through `ReplicaLoad` snapshots and requests only
+through `RouteRequest`; adapters (Ray Serve's RequestRouter, the simulator)
+translate their world into these and call the same methods.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """One replica's live load, as the router knows it at decision time."""
+
+    replica_id: str
+    ongoing: int = 0  # requests routed there and not finished (router's own count)
+    waiting: int = 0  # requests queued in the engine (from the replica's stats)
+    running: int = 0  # sequences in the engine's running batch
+    queued_prefill_tokens: int = 0  # prompt tokens admitted but not yet prefilled
+    kv_usage: float = 0.0  # fraction of KV blocks in use, 0..1
+    draining: bool = False  # chosen for removal: must get no new requests
+
+
+@dataclass
+class RouteRequest:
+    request_id: str
+    block_hashes: Sequence[int]  # chained hashes of the prompt's full blocks (router.block_hash)
+    num_prompt_tokens: int
+    tenant: str = "default"
+    token_ids: Sequence[int] | None = None  # for approximate (token-tree) baselines
+    text: str | None = None  # for character-level baselines
+    expected_output_tokens: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class RoutingPolicy(ABC):
+    """Ranks candidate replicas for a request. Pure: no Ray, no I/O, no clocks of its own."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
+        """Replica ids, best first. `replicas` is non-empty and holds no draining replica."""
+
+    def on_routed(self, request: RouteRequest, replica_id: str, now: float) -> None:
+        """The request was sent to `replica_id` (policies may record a speculative cache entry)."""
+
+    def on_finished(self, request: RouteRequest, replica_id: str, now: float) -> None:
+        """The request completed (or failed) on `replica_id`."""
+
+    def on_cache_snapshot(self, replica_id: str, block_hashes: Iterable[int], now: float) -> None:
+        """Authoritative full set of blocks cached on `replica_id` (from engine KV events)."""
+
+    def on_cache_events(self, replica_id: str, stored: Iterable[int], removed: Iterable[int], now: float) -> None:
+        """Incremental engine KV events: blocks stored on / evicted from `replica_id`."""
+
+    def on_replica_gone(self, replica_id: str) -> None:
+        """The replica died, was removed or went silent: forget everything about it."""

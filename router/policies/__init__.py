@@ -1,0 +1,1 @@
+"""One file per routing policy, all behind `router.base.RoutingPolicy`; `router.registry` builds them by name."""
