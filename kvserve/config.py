@@ -49,7 +49,10 @@ class EngineConfig(_Section):
     enforce_eager: bool = Field(True, description="Skip graph capture/compile (saves ~2 min warm-up on CPU).")
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
-    block_size: int = Field(16, ge=1, description="KV block size in tokens; the router hashes blocks of this size.")
+    block_size: int | None = Field(
+        None, ge=1, description="KV block size in tokens (router hashes use it). None: 32 on CPU (its attention "
+        "kernel needs multiples of 32), 16 on GPU.",
+    )
     kv_cache_gib: float = Field(1.0, gt=0, description="CPU only: KV cache space per replica (VLLM_CPU_KVCACHE_SPACE).")
     kv_cache_tokens: int | None = Field(
         None, ge=16, description="Cap on KV cache tokens per replica (num_gpu_blocks_override); None = all memory."
@@ -60,15 +63,21 @@ class EngineConfig(_Section):
     tensor_parallel_size: int = Field(1, ge=1)
     quantization: str | None = Field(None, description="awq, gptq, fp8, ... (GPU).")
     kv_cache_dtype: str = "auto"
-    omp_threads_bind: str = Field("auto", description="CPU only: VLLM_CPU_OMP_THREADS_BIND.")
+    omp_threads_bind: str = Field(
+        "slot", description="CPU only: VLLM_CPU_OMP_THREADS_BIND; `slot` gives each replica on a host its own cores."
+    )
     cpus_per_replica: float = Field(1.0, gt=0, description="Ray CPUs reserved per replica.")
     gpus_per_replica: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica (GPU device).")
     extra_args: dict[str, Any] = Field(default_factory=dict, description="Passed through to vLLM AsyncEngineArgs.")
 
     @model_validator(mode="after")
-    def _gpu_needs_gpus(self) -> EngineConfig:
+    def _device_defaults(self) -> EngineConfig:
         if self.device == "gpu" and self.gpus_per_replica == 0:
             self.__dict__["gpus_per_replica"] = float(self.tensor_parallel_size)
+        if self.block_size is None:
+            self.__dict__["block_size"] = 32 if self.device == "cpu" else 16
+        elif self.device == "cpu" and self.block_size % 32:
+            raise ValueError("on CPU, block_size must be a multiple of 32 (vLLM's CPU attention kernel)")
         return self
 
 
@@ -85,6 +94,24 @@ class RouterConfig(_Section):
     )
     speculative_ttl_s: float = Field(
         10.0, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
+    )
+    active_token_weight: float = Field(
+        0.25,
+        ge=0,
+        description="Cost model: each context token this router has in flight on a replica costs this fraction of"
+        " a prefill token (Dynamo's decode-block load); stops cached tenants piling onto one replica.",
+    )
+    cache_miss_weight: float = Field(
+        1.0,
+        ge=0,
+        description="Cost model: uncached tokens are charged this much extra (x their prefill cost): storing them"
+        " evicts as many cached tokens from a full prefix cache, which someone re-prefills later.",
+    )
+    kv_pressure_start: float = Field(
+        0.9, ge=0, le=1, description="Cost model: KV usage above which new uncached blocks are charged extra."
+    )
+    kv_pressure_weight: float = Field(
+        1.0, ge=0, description="Cost model: extra charge on uncached tokens at 100% KV usage (x their prefill cost)."
     )
     stats_period_s: float = Field(0.5, gt=0, description="How often replicas report routing stats (cache + load).")
     stale_after_s: float = Field(10.0, gt=0, description="A replica silent for this long drops out of the index.")
@@ -109,6 +136,9 @@ class AutoscalingConfig(_Section):
     hysteresis: float = Field(0.6, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")
     drain_grace_s: float = Field(60.0, ge=0, description="In-flight requests get this long to finish on scale-down.")
     look_back_s: float = Field(30.0, gt=0)
+    profile: str | None = Field(
+        None, description="Engine profile JSON (`kvserve profile`) for the capacity model; None = SLO error only."
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:
@@ -242,3 +272,12 @@ def load_config(
 
 def dump_config(cfg: KVServeConfig) -> dict:
     return cfg.model_dump(mode="json")
+
+
+def redacted(cfg: KVServeConfig) -> dict:
+    """The config as JSON with key material masked (safe to print or serve)."""
+    data = dump_config(cfg)
+    for key in data.get("tenants", {}).get("keys", []):
+        if key.get("key_sha256"):
+            key["key_sha256"] = key["key_sha256"][:8] + "…"
+    return data

@@ -1,0 +1,1 @@
+"""Autoscaling policies, one per file; build them through `autoscaling.registry`."""

@@ -1,0 +1,18 @@
+"""Baseline: always run `max_replicas` (the cost ceiling every autoscaler is compared with)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from autoscaling.base import Decision, ScalingInput, ScalingPolicy
+from kvserve.config import AutoscalingConfig
+
+
+class FixedMaxPolicy(ScalingPolicy):
+    name: ClassVar[str] = "fixed_max"
+
+    def __init__(self, cfg: AutoscalingConfig) -> None:
+        self.cfg = cfg
+
+    def decide(self, inp: ScalingInput) -> Decision:
+        return Decision(self.cfg.max_replicas, "fixed at max_replicas")

@@ -1,0 +1,174 @@
+"""Ray Serve side of the autoscaler (the only module here that imports Ray).
+
+Ray 2.60 accepts a custom policy as `autoscaling_config["policy"] =
+{"policy_function": "module:attr", "policy_kwargs": {...}}`. When `attr` is a
+class, the controller instantiates it once with `policy_kwargs` (JSON values)
+and calls `instance(ctx: AutoscalingContext) -> (replicas, policy_state)` on
+every control-loop tick. Serve then wraps the result with its own scaling
+factors, delays and min/max bounds; we set Serve's delays to 0 so that the pure
+policy's delays are the only ones, identical live and in the simulator.
+
+Per-replica signals arrive as the dicts replicas return from
+`record_autoscaling_stats()` (`autoscaling.window.SignalWindow.to_stats_dict`),
+exposed on the context as `raw_metrics[key][ReplicaID] -> [TimeStampedValue]`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ray.serve.config import AutoscalingContext
+
+from autoscaling.base import ReplicaMetrics, ScalingInput
+from autoscaling.registry import make_autoscaler
+from autoscaling.window import STAT_PREFIX, metrics_from_stats
+from kvserve.config import AutoscalingConfig, KVServeConfig, SLOConfig
+from kvserve.perf_model import EngineProfile
+
+POLICY_IMPORT_PATH = "autoscaling.serve_adapter:SLOAutoscalingPolicy"
+PROFILE_KEYS = ("block_size", "kv_cache_tokens", "prefill", "decode")
+STATE_KEY = "kvserve"  # our sub-dict of Serve's policy_state (Serve keeps its own "__decision_*" keys)
+
+
+def _latest(series: Any) -> float | None:
+    """Newest value of a Serve TimeSeries (list of TimeStampedValue), or a plain number."""
+    if isinstance(series, (int, float)):
+        return float(series)
+    if not series:
+        return None
+    newest = max(series, key=lambda p: p.timestamp)
+    return float(newest.value)
+
+
+def replica_stats_from_context(ctx: AutoscalingContext) -> dict[str, dict[str, float]]:
+    """replica unique_id -> its latest kvserve stats dict.
+
+    The replica's own window already spans `look_back_s`, so the newest report is used
+    (Serve's aggregated view averages reports over the window, which would mix the
+    NO_DATA sentinel into percentiles). Falls back to the aggregated view."""
+    out: dict[str, dict[str, float]] = {}
+    raw = ctx.raw_metrics or {}
+    agg = ctx.aggregated_metrics or {}
+    for source, pick in ((raw, _latest), (agg, _latest)):
+        for key, per_replica in source.items():
+            if not key.startswith(STAT_PREFIX):
+                continue
+            for rid, series in per_replica.items():
+                uid = getattr(rid, "unique_id", str(rid))
+                value = pick(series)
+                if value is not None:
+                    out.setdefault(uid, {}).setdefault(key, value)
+    running = {getattr(r, "unique_id", str(r)) for r in ctx.running_replicas}
+    return {uid: stats for uid, stats in out.items() if uid in running}
+
+
+def scaling_input_from_context(ctx: AutoscalingContext) -> ScalingInput:
+    stats = replica_stats_from_context(ctx)
+    metrics: list[ReplicaMetrics] = [metrics_from_stats(uid, s) for uid, s in sorted(stats.items())]
+    total = ctx.total_num_requests
+    return ScalingInput(
+        now=ctx.current_time if ctx.current_time is not None else time.time(),
+        current_replicas=int(ctx.target_num_replicas),
+        running_replicas=int(ctx.current_num_replicas),
+        metrics=metrics,
+        total_ongoing=float(total) if total is not None and math.isfinite(total) else 0.0,
+    )
+
+
+class SLOAutoscalingPolicy:
+    """The custom policy Serve calls. Built once per deployment config from `policy_kwargs`;
+    the pure policy's state travels in `policy_state[STATE_KEY]`, so a restarted controller
+    (or a re-instantiated policy) resumes where it left off."""
+
+    def __init__(
+        self,
+        autoscaling: Mapping[str, Any] | None = None,
+        slo: Mapping[str, Any] | None = None,
+        policy: str = "kvserve",
+        profile: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.cfg = AutoscalingConfig.model_validate(dict(autoscaling or {}))
+        self.slo = SLOConfig.model_validate(dict(slo or {}))
+        engine_profile = EngineProfile.from_dict(dict(profile), source="policy_kwargs") if profile else None
+        self.policy = make_autoscaler(policy, self.cfg, self.slo, engine_profile)
+        self.last_reason = ""
+
+    def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
+        self.policy.set_state(dict((ctx.policy_state or {}).get(STATE_KEY, {})))
+        decision = self.policy.decide(scaling_input_from_context(ctx))
+        self.last_reason = decision.reason
+        return decision.replicas, {STATE_KEY: self.policy.get_state()}
+
+
+def _profile_dict(profile: Mapping[str, Any] | str | Path | None) -> dict[str, Any] | None:
+    # Read on the driver: the controller may run on a node without the file.
+    if profile is None:
+        return None
+    data = dict(profile) if isinstance(profile, Mapping) else json.loads(Path(profile).read_text())
+    # Only what EngineProfile reads: policy_kwargs are logged and hashed by Serve.
+    return {k: data[k] for k in PROFILE_KEYS if k in data}
+
+
+def autoscaling_config_for(
+    cfg: KVServeConfig, profile: Mapping[str, Any] | str | Path | None = None
+) -> dict[str, Any]:
+    """The replica deployment's `autoscaling_config` (a plain dict Serve validates).
+
+    `profile`: the engine profile (JSON dict or path) for the capacity model; defaults to
+    `autoscaling.profile`; neither = SLO error only. It is read here, on the driver, and travels
+    inside policy_kwargs. `policy: serve_default` uses Serve's own built-in policy with our delays."""
+    a = cfg.autoscaling
+    if profile is None:
+        profile = a.profile
+    out: dict[str, Any] = {
+        "min_replicas": a.min_replicas,
+        "max_replicas": a.max_replicas,
+        "look_back_period_s": a.look_back_s,
+        "target_ongoing_requests": a.target_ongoing_requests,
+    }
+    if a.initial_replicas is not None:
+        out["initial_replicas"] = a.initial_replicas
+    if a.policy == "serve_default":
+        out.update(upscale_delay_s=a.upscale_delay_s, downscale_delay_s=a.downscale_delay_s)
+        return out
+    # Delays live in the pure policy (same code as in the simulator); Serve's are turned off.
+    out.update(upscale_delay_s=0.0, downscale_delay_s=0.0)
+    out["policy"] = {
+        "policy_function": POLICY_IMPORT_PATH,
+        "policy_kwargs": {
+            "autoscaling": a.model_dump(mode="json"),
+            "slo": cfg.slo.model_dump(mode="json"),
+            "policy": a.policy,
+            "profile": _profile_dict(profile),
+        },
+    }
+    return out
+
+
+def drain_options_for(cfg: KVServeConfig) -> dict[str, float]:
+    """Deployment options that make scale-down drain in-flight requests within `drain_grace_s`.
+
+    A STOPPING replica is first dropped from the running set Serve broadcasts to every
+    router/handle (so it gets no new requests); the replica then polls its ongoing-request
+    count every `graceful_shutdown_wait_loop_s` and exits when it reaches zero; the
+    controller force-kills it after `graceful_shutdown_timeout_s`."""
+    grace = cfg.autoscaling.drain_grace_s
+    return {
+        "graceful_shutdown_timeout_s": grace,
+        "graceful_shutdown_wait_loop_s": min(1.0, grace),
+    }
+
+
+def metrics_push_env_vars(cfg: KVServeConfig) -> dict[str, str]:
+    """Env vars (for the replicas' runtime_env / the cluster) so signals reach the controller
+    several times per look-back window; Serve's default push interval is 10 s."""
+    interval = max(0.5, min(10.0, cfg.autoscaling.look_back_s / 6.0))
+    return {
+        "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": f"{interval:g}",
+        "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": f"{interval:g}",
+    }

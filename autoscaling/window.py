@@ -1,0 +1,238 @@
+"""Rolling window of serving signals a replica keeps for the autoscaler.
+
+The replica deployment calls the `on_*` hooks from its request path and
+returns `to_stats_dict()` from Ray Serve's `record_autoscaling_stats()`;
+the controller side turns that dict back into `ReplicaMetrics` with
+`metrics_from_stats()`. Pure Python, no Ray: the simulator uses it too.
+
+Memory is bounded: latency samples live in fixed-size ring buffers (the
+newest `max_samples` inside the look-back window), counters in at most
+`num_buckets` time buckets. Each record is O(1) amortized; a percentile
+query sorts at most `max_samples` values.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from autoscaling.base import ReplicaMetrics
+
+# Keys of the dict `record_autoscaling_stats()` returns. Serve accepts only
+# int/float values (no None), so "no sample" is encoded as NO_DATA.
+STAT_PREFIX = "kvserve_"
+NO_DATA = -1.0
+STAT_KEYS: tuple[str, ...] = (
+    "kvserve_ttft_p90_ms",  # NO_DATA when no request reached its first token in the window
+    "kvserve_itl_p90_ms",  # NO_DATA when no inter-token gap in the window
+    "kvserve_ttft_samples",
+    "kvserve_itl_samples",
+    "kvserve_waiting",
+    "kvserve_running",
+    "kvserve_kv_usage",
+    "kvserve_requests_per_s",
+    "kvserve_prompt_tokens_per_s",
+    "kvserve_output_tokens_per_s",
+    "kvserve_mean_prompt_tokens",
+    "kvserve_mean_output_tokens",
+    "kvserve_cache_hit_rate",
+)
+
+
+def percentile_nearest_rank(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in (0, 100]): the smallest sample with at least q% of samples <= it."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+class _TimedRing:
+    """(timestamp, value) pairs, newest last; bounded by count, trimmed by age on read."""
+
+    def __init__(self, max_samples: int) -> None:
+        self._items: deque[tuple[float, float]] = deque(maxlen=max_samples)
+
+    def add(self, now: float, value: float) -> None:
+        self._items.append((now, value))
+
+    def values_since(self, cutoff: float) -> list[float]:
+        while self._items and self._items[0][0] < cutoff:
+            self._items.popleft()
+        return [v for _, v in self._items]
+
+
+@dataclass
+class _Bucket:
+    start: float
+    arrivals: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completions: int = 0
+    output_tokens: int = 0
+
+
+class SignalWindow:
+    """Per-replica rolling TTFT/ITL percentiles, rates and means over the last `look_back_s`."""
+
+    def __init__(
+        self,
+        look_back_s: float = 30.0,
+        max_samples: int = 4096,
+        num_buckets: int = 30,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if look_back_s <= 0 or max_samples < 1 or num_buckets < 1:
+            raise ValueError("look_back_s > 0, max_samples >= 1 and num_buckets >= 1 are required")
+        self.look_back_s = look_back_s
+        self._clock = clock
+        self._bucket_s = look_back_s / num_buckets
+        self._ttft = _TimedRing(max_samples)
+        self._itl = _TimedRing(max_samples)
+        self._buckets: deque[_Bucket] = deque()
+        self._started = clock()
+        # Engine gauges are instantaneous: the latest value wins.
+        self.waiting = 0
+        self.running = 0
+        self.kv_usage = 0.0
+        self._engine_hit_rate: float | None = None
+
+    # -- recording (request path) ------------------------------------------------
+
+    def _now(self, now: float | None) -> float:
+        return self._clock() if now is None else now
+
+    def _bucket(self, now: float) -> _Bucket:
+        start = math.floor(now / self._bucket_s) * self._bucket_s
+        if not self._buckets or self._buckets[-1].start < start:
+            self._buckets.append(_Bucket(start))
+        # Out-of-order timestamps (rare) land in the newest bucket rather than reordering.
+        return self._buckets[-1]
+
+    def on_arrival(self, prompt_tokens: int, cached_tokens: int = 0, now: float | None = None) -> None:
+        b = self._bucket(self._now(now))
+        b.arrivals += 1
+        b.prompt_tokens += max(prompt_tokens, 0)
+        b.cached_tokens += min(max(cached_tokens, 0), max(prompt_tokens, 0))
+
+    def on_first_token(self, ttft_ms: float, now: float | None = None) -> None:
+        self._ttft.add(self._now(now), float(ttft_ms))
+
+    def on_token_gap(self, itl_ms: float, now: float | None = None) -> None:
+        self._itl.add(self._now(now), float(itl_ms))
+
+    def on_completion(self, output_tokens: int, now: float | None = None) -> None:
+        b = self._bucket(self._now(now))
+        b.completions += 1
+        b.output_tokens += max(output_tokens, 0)
+
+    def set_engine_state(
+        self, waiting: int, running: int, kv_usage: float, cache_hit_rate: float | None = None
+    ) -> None:
+        """Latest engine gauges; `cache_hit_rate` overrides the window's own cached/prompt ratio."""
+        self.waiting, self.running, self.kv_usage = int(waiting), int(running), float(kv_usage)
+        self._engine_hit_rate = cache_hit_rate
+
+    # -- queries -----------------------------------------------------------------
+
+    def _cutoff(self, now: float) -> float:
+        return now - self.look_back_s
+
+    def ttft_samples(self, now: float | None = None) -> list[float]:
+        return self._ttft.values_since(self._cutoff(self._now(now)))
+
+    def itl_samples(self, now: float | None = None) -> list[float]:
+        return self._itl.values_since(self._cutoff(self._now(now)))
+
+    def ttft_p90_ms(self, now: float | None = None) -> float | None:
+        return percentile_nearest_rank(self.ttft_samples(now), 90)
+
+    def itl_p90_ms(self, now: float | None = None) -> float | None:
+        return percentile_nearest_rank(self.itl_samples(now), 90)
+
+    def _live_buckets(self, now: float) -> list[_Bucket]:
+        # A bucket counts while any part of it is inside the window; the span below matches.
+        cutoff = self._cutoff(now)
+        while self._buckets and self._buckets[0].start + self._bucket_s <= cutoff:
+            self._buckets.popleft()
+        return list(self._buckets)
+
+    def _span_s(self, now: float) -> float:
+        # A young replica divides by its age, not the full window, so its rates are not diluted.
+        return max(min(self.look_back_s, now - self._started), self._bucket_s, 1e-9)
+
+    def metrics(self, replica_id: str, now: float | None = None) -> ReplicaMetrics:
+        t = self._now(now)
+        buckets = self._live_buckets(t)
+        span = self._span_s(t)
+        arrivals = sum(b.arrivals for b in buckets)
+        prompt = sum(b.prompt_tokens for b in buckets)
+        cached = sum(b.cached_tokens for b in buckets)
+        done = sum(b.completions for b in buckets)
+        output = sum(b.output_tokens for b in buckets)
+        hit_rate = self._engine_hit_rate if self._engine_hit_rate is not None else (cached / prompt if prompt else 0.0)
+        return ReplicaMetrics(
+            replica_id=replica_id,
+            ttft_p90_ms=self.ttft_p90_ms(t),
+            itl_p90_ms=self.itl_p90_ms(t),
+            waiting=self.waiting,
+            running=self.running,
+            kv_usage=self.kv_usage,
+            requests_per_s=arrivals / span,
+            prompt_tokens_per_s=prompt / span,
+            output_tokens_per_s=output / span,
+            mean_prompt_tokens=prompt / arrivals if arrivals else 0.0,
+            mean_output_tokens=output / done if done else 0.0,
+            cache_hit_rate=hit_rate,
+        )
+
+    def to_stats_dict(self, now: float | None = None) -> dict[str, float]:
+        """What `record_autoscaling_stats()` returns: plain floats, keys `STAT_KEYS`."""
+        t = self._now(now)
+        m = self.metrics("", t)
+        return {
+            "kvserve_ttft_p90_ms": NO_DATA if m.ttft_p90_ms is None else float(m.ttft_p90_ms),
+            "kvserve_itl_p90_ms": NO_DATA if m.itl_p90_ms is None else float(m.itl_p90_ms),
+            "kvserve_ttft_samples": float(len(self.ttft_samples(t))),
+            "kvserve_itl_samples": float(len(self.itl_samples(t))),
+            "kvserve_waiting": float(m.waiting),
+            "kvserve_running": float(m.running),
+            "kvserve_kv_usage": float(m.kv_usage),
+            "kvserve_requests_per_s": float(m.requests_per_s),
+            "kvserve_prompt_tokens_per_s": float(m.prompt_tokens_per_s),
+            "kvserve_output_tokens_per_s": float(m.output_tokens_per_s),
+            "kvserve_mean_prompt_tokens": float(m.mean_prompt_tokens),
+            "kvserve_mean_output_tokens": float(m.mean_output_tokens),
+            "kvserve_cache_hit_rate": float(m.cache_hit_rate),
+        }
+
+
+def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> ReplicaMetrics:
+    """Inverse of `SignalWindow.to_stats_dict` (missing keys read as no data / zero)."""
+
+    def latency(key: str) -> float | None:
+        v = stats.get(key)
+        return None if v is None or v < 0 else float(v)
+
+    def num(key: str) -> float:
+        v = stats.get(key)
+        return 0.0 if v is None or v < 0 else float(v)
+
+    return ReplicaMetrics(
+        replica_id=replica_id,
+        ttft_p90_ms=latency("kvserve_ttft_p90_ms"),
+        itl_p90_ms=latency("kvserve_itl_p90_ms"),
+        waiting=int(round(num("kvserve_waiting"))),
+        running=int(round(num("kvserve_running"))),
+        kv_usage=num("kvserve_kv_usage"),
+        requests_per_s=num("kvserve_requests_per_s"),
+        prompt_tokens_per_s=num("kvserve_prompt_tokens_per_s"),
+        output_tokens_per_s=num("kvserve_output_tokens_per_s"),
+        mean_prompt_tokens=num("kvserve_mean_prompt_tokens"),
+        mean_output_tokens=num("kvserve_mean_output_tokens"),
+        cache_hit_rate=num("kvserve_cache_hit_rate"),
+    )

@@ -1,0 +1,169 @@
+"""`kvserve bench`: live load generator and policy A/B harness (typer command)."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+console = Console()
+
+
+class WorkloadKind(str, Enum):
+    multi_tenant = "multi-tenant"
+    trace = "trace"
+
+
+def _cluster_config(url: str, headers: dict, config_file: Optional[Path], need_full: bool):
+    """(model section, SLO section, full KVServeConfig or None): from --config, else the server's /kvserve/config."""
+    from kvserve.config import KVServeConfig, ModelConfig, SLOConfig, load_config
+
+    from bench.server_stats import fetch_config_sync
+
+    if config_file is not None:
+        cfg = load_config(config_file)
+        return cfg.model, cfg.slo, cfg
+    raw = fetch_config_sync(url, headers)
+    model = ModelConfig.model_validate(raw.get("model", {}))
+    slo = SLOConfig.model_validate(raw.get("slo", {}))
+    if not need_full:
+        return model, slo, None
+    try:
+        return model, slo, KVServeConfig.model_validate(raw)
+    except Exception as e:  # redacted secrets may not validate
+        raise typer.BadParameter(
+            f"cannot rebuild the cluster config from {url}/kvserve/config ({e}); pass --config FILE"
+        ) from None
+
+
+def bench(
+    workload: WorkloadKind = typer.Option(WorkloadKind.multi_tenant, "--workload", help="multi-tenant or trace"),
+    trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="Mooncake JSONL trace (--workload trace)."),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The kvserve endpoint."),
+    allow_remote: bool = typer.Option(False, "--allow-remote", help="Permit a non-loopback --url."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="KVSERVE_API_KEY", help="Bearer key."),
+    tenants: int = typer.Option(16, "--tenants", min=1),
+    tenant_skew: str = typer.Option("uniform", "--tenant-skew", help="uniform or zipf:S (tenant popularity)."),
+    system_tokens: int = typer.Option(1000, "--system-tokens", min=0),
+    question_tokens: int = typer.Option(30, "--question-tokens", min=1),
+    output_tokens: int = typer.Option(16, "--output-tokens", min=1, help="max_tokens (exact; ignore_eos). Trace: cap."),
+    requests: int = typer.Option(300, "--requests", min=1),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Closed loop with C in flight."),
+    rate: Optional[float] = typer.Option(None, "--rate", min=0.0, help="Open loop: Poisson arrivals per second."),
+    load_shape: Optional[str] = typer.Option(None, "--load-shape", help="step:1,4,1 multiplies --rate per step."),
+    step_seconds: Optional[float] = typer.Option(None, "--step-seconds", help="Length of each step of --load-shape."),
+    seed: int = typer.Option(0, "--seed"),
+    length_scale: float = typer.Option(1.0, "--length-scale", help="Trace: prompt lengths × this (0.02 fits 2k ctx)."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Trace: arrival times × this."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Trace: first N rows only."),
+    policies: Optional[str] = typer.Option(None, "--policies", help="Redeploy and replay per policy: pow2,kvserve"),
+    kv_cache_tokens: Optional[int] = typer.Option(None, "--kv-cache-tokens", help="Redeploy with this KV capacity."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="Base config for redeploys (default: server's)."),
+    address: str = typer.Option("auto", "--address", help="Ray cluster address for redeploys."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Unrelated requests per policy, excluded from stats."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Per-request limit in seconds."),
+    max_inflight: int = typer.Option(256, "--max-inflight", min=1, help="Open loop: cap on outstanding requests."),
+    slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="Goodput TTFT SLO (default: config slo)."),
+    slo_itl_ms: Optional[float] = typer.Option(None, "--slo-itl-ms", help="Goodput ITL SLO (default: config slo)."),
+    token_ids: bool = typer.Option(False, "--token-ids", help="Send prompts as token-id lists, not text."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer path/id (default: the model's)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results JSON here."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="TTFT CDF PNG (default: next to --json)."),
+    timeline: Optional[Path] = typer.Option(None, "--timeline", help="Per-second load/TTFT/replicas JSON (+ PNG)."),
+) -> None:
+    """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
+    from bench.client import auth_headers, is_loopback_url
+    from bench.plots import plot_timeline, plot_ttft_cdf
+    from bench.report import comparison_table, write_json
+    from bench.runner import ReplayOptions, default_deploy, run_policies
+    from bench.prepare import LoadSpec, apply_load, build_workload, load_tokenizer, parse_policies, warmup_requests
+    from bench.timeline import timeline_json
+
+    url = url.rstrip("/")
+    if not allow_remote and not is_loopback_url(url):
+        raise typer.BadParameter(f"{url} is not a loopback address; pass --allow-remote to load it")
+    try:
+        policy_list = parse_policies(policies)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    redeploy = policy_list != [None] or kv_cache_tokens is not None
+    headers = auth_headers(api_key)
+    model_cfg, slo_cfg, full_cfg = _cluster_config(url, headers, config_file, need_full=redeploy)
+    slo_ttft_ms = slo_ttft_ms if slo_ttft_ms is not None else slo_cfg.ttft_p90_ms
+    slo_itl_ms = slo_itl_ms if slo_itl_ms is not None else slo_cfg.itl_p90_ms
+
+    with console.status("building workload (tokenizer)..."):
+        tok = load_tokenizer(model_cfg, tokenizer)
+        try:
+            wl, vocab = build_workload(
+                workload.value, tok, seed=seed, tenants=tenants, tenant_skew=tenant_skew,
+                system_tokens=system_tokens, question_tokens=question_tokens, output_tokens=output_tokens,
+                requests=requests, trace_file=str(trace_file) if trace_file else None,
+                length_scale=length_scale, time_scale=time_scale, max_requests=max_requests,
+                max_model_len=model_cfg.max_model_len,
+            )
+            load = LoadSpec(concurrency, rate, load_shape, step_seconds)
+            wl = apply_load(wl, load, seed)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    warm = warmup_requests(vocab, warmup, output_tokens, seed).requests if warmup else []
+    params = {**wl.params, **load.describe(), "requests": len(wl.requests), "warmup_requests_excluded": len(warm),
+              "kv_cache_tokens": kv_cache_tokens, "slo_ttft_ms": slo_ttft_ms, "slo_itl_ms": slo_itl_ms,
+              "prompt_format": "token_ids" if token_ids else "text"}
+    console.print(f"[bold]workload[/]: {json.dumps(params)}")
+
+    opts = ReplayOptions(
+        base_url=url, model=model_cfg.name, api_key=api_key, concurrency=concurrency, timeout_s=timeout,
+        max_inflight=max_inflight, use_token_ids=token_ids, slo_ttft_ms=slo_ttft_ms, slo_itl_ms=slo_itl_ms,
+        sample_stats=timeline is not None,
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("errors {task.fields[errors]}"))
+    with Progress(*columns, console=console) as progress:
+        state: dict = {}
+
+        def on_start(name: str) -> None:
+            state["task"] = progress.add_task(name, total=len(wl.requests), errors=0)
+            state["errors"] = 0
+
+        def on_result(res) -> None:
+            state["errors"] += 0 if res.ok else 1
+            progress.update(state["task"], advance=1, errors=state["errors"])
+
+        runs = run_policies(
+            opts, wl.requests, policy_list, base_cfg=full_cfg, kv_cache_tokens=kv_cache_tokens,
+            deploy=default_deploy(address) if redeploy else None, warmup=warm, on_start=on_start,
+            on_result=on_result,
+        )
+
+    console.print(comparison_table(runs, title=f"kvserve bench — {wl.name}, {len(wl.requests)} requests"))
+    for run in runs:
+        m = run.metrics
+        if m.errors:
+            console.print(f"[red]{run.policy}: {m.errors} errors {m.errors_by_kind}[/]")
+        if run.late_arrivals:
+            console.print(f"[yellow]{run.policy}: {run.late_arrivals} arrivals waited for --max-inflight[/]")
+    if json_out:
+        write_json(json_out, runs, params)
+        console.print(f"wrote {json_out}")
+    plot_path = plot or (json_out.with_suffix(".ttft_cdf.png") if json_out else None)
+    if plot_path:
+        plot_ttft_cdf(runs, plot_path, title=f"TTFT CDF — {wl.name}")
+        console.print(f"wrote {plot_path}")
+    if timeline:
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        timeline.write_text(json.dumps({"runs": [timeline_json(r.timeline, r.policy) for r in runs]}, indent=1))
+        for run in runs:
+            png = timeline.with_suffix(".png" if len(runs) == 1 else f".{run.policy}.png")
+            plot_timeline(run.timeline, png, title=f"{run.policy}: load, TTFT p90, replicas")
+        console.print(f"wrote {timeline}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
+

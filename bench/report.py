@@ -1,0 +1,80 @@
+"""The comparison table (rich) and the JSON result file of a bench run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.table import Table
+
+from bench.runner import PolicyRun
+
+# The per-policy keys of the JSON file, exactly (issue 3 fixes them).
+JSON_KEYS = (
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "itl_p50_ms",
+    "e2e_p50_ms",
+    "output_tok_per_s",
+    "prefix_hit_rate",
+    "share_max_over_mean",
+    "errors",
+)
+
+# (column header, RunMetrics attribute, format, lower is better)
+_COLUMNS = (
+    ("TTFT p50 ms", "ttft_p50_ms", "{:.0f}", True),
+    ("TTFT p90 ms", "ttft_p90_ms", "{:.0f}", True),
+    ("TTFT p99 ms", "ttft_p99_ms", "{:.0f}", True),
+    ("ITL p50 ms", "itl_p50_ms", "{:.1f}", True),
+    ("E2E p50 ms", "e2e_p50_ms", "{:.0f}", True),
+    ("out tok/s", "output_tok_per_s", "{:.1f}", False),
+    ("req/s", "request_per_s", "{:.2f}", False),
+    ("goodput req/s", "goodput_req_per_s", "{:.2f}", False),
+    ("prefix hit", "prefix_hit_rate", "{:.3f}", False),
+    ("share max/mean", "share_max_over_mean", "{:.2f}", True),
+    ("errors", "errors", "{}", True),
+)
+
+
+def policy_json(run: PolicyRun) -> dict[str, Any]:
+    m = run.metrics
+    return {k: getattr(m, k) for k in JSON_KEYS}
+
+
+def result_json(runs: Sequence[PolicyRun], workload: dict[str, Any]) -> dict[str, Any]:
+    return {"policies": {r.policy: policy_json(r) for r in runs}, "workload": dict(workload)}
+
+
+def write_json(path: str | Path, runs: Sequence[PolicyRun], workload: dict[str, Any]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result_json(runs, workload), indent=2) + "\n")
+
+
+def _cell(value: Any, base: Any, fmt: str, lower_better: bool, with_ratio: bool) -> str:
+    if value is None:
+        return "-"
+    text = fmt.format(value)
+    if with_ratio and isinstance(base, (int, float)) and base and not isinstance(value, bool):
+        ratio = value / base
+        better = ratio < 1 if lower_better else ratio > 1
+        colour = "green" if better else ("red" if ratio != 1 else "white")
+        text += f" [{colour}]({ratio:.2f}×)[/{colour}]"
+    return text
+
+
+def comparison_table(runs: Sequence[PolicyRun], title: str = "kvserve bench") -> Table:
+    """One column per policy (fits a terminal); cells after the first column show the ratio to the first."""
+    table = Table(title=title, caption=f"(ratio vs {runs[0].policy})" if len(runs) > 1 else None)
+    table.add_column("metric", style="bold")
+    for run in runs:
+        table.add_column(run.policy, justify="right")
+    first = runs[0].metrics if runs else None
+    for header, attr, fmt, lower in _COLUMNS:
+        cells = [
+            _cell(getattr(run.metrics, attr), getattr(first, attr), fmt, lower, with_ratio=i > 0 and attr != "errors")
+            for i, run in enumerate(runs)
+        ]
+        table.add_row(header, *cells)
+    return table

@@ -1,0 +1,79 @@
+"""Build the Serve application from the one config: Ingress -> LLMReplica (routed by config.router.policy).
+
+`build_app` is the Serve import path (`deployments.app:build_app`, args
+`{"config": {...}}`) used by `kvserve serve`, `serve deploy`, ray up and the
+Helm chart's serveConfigV2 alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+
+from kvserve.config import KVServeConfig
+
+LIVE_ROUTERS = {
+    # Serve's own default router (power of two choices on queue length).
+    "pow2": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",
+    # Ray's real prefix-aware router, unmodified.
+    "ray_prefix": "ray.serve.llm.request_router:PrefixCacheAffinityRouter",
+    # Ours: pure policies from router.registry behind one adapter.
+    "kvserve": "router.serve_adapter:KVServeRequestRouter",
+    "round_robin": "router.serve_adapter:KVServeRequestRouter",
+}
+
+
+def request_router_config(cfg: KVServeConfig) -> RequestRouterConfig:
+    policy = cfg.router.policy
+    kwargs: dict[str, Any] = {}
+    if LIVE_ROUTERS[policy].startswith("router."):
+        kwargs = {"policy": policy, "router_config": cfg.router.model_dump(mode="json")}
+    return RequestRouterConfig(
+        request_router_class=LIVE_ROUTERS[policy],
+        request_router_kwargs=kwargs,
+        request_routing_stats_period_s=cfg.router.stats_period_s,
+        request_routing_stats_timeout_s=max(cfg.router.stats_period_s * 4, 2.0),
+    )
+
+
+def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
+    from autoscaling.serve_adapter import autoscaling_config_for, drain_options_for
+
+    e = cfg.engine
+    actor: dict[str, Any] = {"num_cpus": e.cpus_per_replica}
+    if e.device == "gpu":
+        actor["num_gpus"] = e.gpus_per_replica
+    opts: dict[str, Any] = {
+        "name": "LLMReplica",
+        "ray_actor_options": actor,
+        "max_ongoing_requests": cfg.server.max_ongoing_requests,
+        "max_queued_requests": cfg.server.max_queued_requests,
+        "request_router_config": request_router_config(cfg),
+        "health_check_period_s": 10.0,
+        "health_check_timeout_s": 60.0,
+        **drain_options_for(cfg),
+    }
+    if cfg.autoscaling.enabled:
+        opts["autoscaling_config"] = autoscaling_config_for(cfg, cfg.autoscaling.profile)
+    else:
+        opts["num_replicas"] = cfg.num_replicas
+    return opts
+
+
+def build_app(args: dict) -> serve.Application:
+    from deployments.ingress import Ingress
+    from deployments.replica import LLMReplica
+
+    raw = args.get("config", args)
+    cfg = raw if isinstance(raw, KVServeConfig) else KVServeConfig.model_validate(raw)
+    config = cfg.model_dump(mode="json")
+    replica = serve.deployment(LLMReplica).options(**replica_options(cfg)).bind(config)
+    ingress = serve.deployment(Ingress).options(
+        name="Ingress",
+        num_replicas=1,
+        ray_actor_options={"num_cpus": 0},
+        max_ongoing_requests=max(cfg.server.max_ongoing_requests * 8, 256),
+    )
+    return ingress.bind(replica, config)

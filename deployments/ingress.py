@@ -1,0 +1,279 @@
+"""OpenAI-compatible HTTP ingress (FastAPI on Ray Serve).
+
+Per request: size limit -> auth (tenant) -> JSON -> vLLM's protocol model ->
+model/limits checks -> vLLM's renderer (chat template + tokenize, once) ->
+block hashes for the router -> replica handle (streamed) -> HTTP response.
+Every failure before the engine is a 4xx with an OpenAI-style body; overload
+is a 503 with Retry-After; nothing here can take the server down.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from ray import serve
+
+from deployments.auth import TenantAuth
+from deployments.errors import APIError, error_response
+from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
+from kvserve.config import KVServeConfig
+from router.block_hash import chain_hashes
+
+log = logging.getLogger("kvserve.ingress")
+
+REPLICA_HEADER = "x-kvserve-replica"
+TENANT_HEADER = "x-kvserve-tenant"
+
+app = FastAPI(title="kvserve", docs_url=None, redoc_url=None)
+
+
+@serve.ingress(app)
+class Ingress:
+    """Serve ingress deployment class (made a deployment in deployments.app)."""
+
+    def __init__(self, llm_handle: Any, config: dict) -> None:
+        from deployments.metrics import IngressMetrics
+
+        self.cfg = KVServeConfig.model_validate(config)
+        self.llm = llm_handle
+        self.auth = TenantAuth(self.cfg.tenants)
+        self.metrics = IngressMetrics()
+        self._renderer = None
+        self._board = None
+
+    # -- setup ------------------------------------------------------------------------------
+
+    async def renderer(self):
+        """vLLM's OnlineRenderer (chat templates + tokenizer), built without an engine."""
+        if self._renderer is None:
+            from starlette.datastructures import State
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.entrypoints.launchers.render.app_state import init_render_app_state
+
+            from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+
+            apply_engine_env(self.cfg)
+            args = parse_vllm_args(engine_cli_args(self.cfg))
+            vllm_config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
+            state = State()
+            await init_render_app_state(vllm_config, state, args)
+            self._state = state
+            self._renderer = state.online_renderer
+        return self._renderer
+
+    # -- request pipeline -----------------------------------------------------------------------
+
+    async def _read_json(self, request: Request) -> dict:
+        limit = self.cfg.server.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise APIError(413, f"request body is {declared} bytes; the limit is {limit} bytes")
+        body = b""
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise APIError(413, f"request body exceeds the limit of {limit} bytes")
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise APIError(400, f"request body is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise APIError(400, "request body must be a JSON object")
+        return data
+
+    def _tenant(self, request: Request) -> str:
+        tenant = self.auth.tenant_for(request.headers.get("authorization"))
+        if tenant is None:
+            raise APIError(401, "missing or invalid API key (send `Authorization: Bearer <key>`)")
+        return tenant
+
+    def _check_limits(self, data: dict) -> None:
+        if data.get("model") != self.cfg.model.name:
+            raise APIError(404, f"model {data.get('model')!r} does not exist; this server serves {self.cfg.model.name!r}", "model")
+        for key in ("max_tokens", "max_completion_tokens"):
+            val = data.get(key)
+            if val is None:
+                continue
+            if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
+                raise APIError(400, f"{key} must be a positive integer, got {val!r}", key)
+            if val > self.cfg.server.max_tokens_limit:
+                raise APIError(400, f"{key}={val} exceeds this server's limit of {self.cfg.server.max_tokens_limit}", key)
+        n = data.get("n", 1)
+        if n is not None and n != 1:
+            raise APIError(400, "only n=1 is supported", "n")
+
+    async def _render(self, kind: str, data: dict, tenant: str) -> ChatWork | CompletionWork:
+        from pydantic import ValidationError
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+        renderer = await self.renderer()
+        model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
+        try:
+            req = model_cls.model_validate(data)
+            # Sampling-parameter validation (temperature, top_p, ...) without touching an engine.
+            req.to_sampling_params(req.max_tokens or 16, {})
+            result = await (renderer.render_chat(req) if kind == "chat" else renderer.render_completion(req))
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise APIError(400, f"invalid request: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        except (ValueError, TypeError) as e:  # vLLM's validation errors are ValueErrors
+            raise APIError(400, str(e), getattr(e, "parameter", None)) from None
+        if type(result).__name__ == "ErrorResponse":
+            body = json.loads(result.model_dump_json())["error"]
+            raise APIError(400, body.get("message", "invalid request"))
+        if kind == "chat":
+            conversation, engine_inputs = result
+        else:
+            conversation, engine_inputs = None, result
+        if len(engine_inputs) != 1:
+            raise APIError(400, "exactly one prompt per request is supported", "prompt")
+        tokens = engine_inputs[0].get("prompt_token_ids") or []
+        hashes = chain_hashes(tokens, self.cfg.engine.block_size)
+        rid = f"{kind}-{uuid.uuid4().hex[:16]}"
+        common = dict(request_id=rid, body=data, engine_inputs=list(engine_inputs), block_hashes=hashes,
+                      num_prompt_tokens=len(tokens), tenant=tenant)
+        if kind == "chat":
+            return ChatWork(conversation=list(conversation), messages=data.get("messages", []), **common)
+        return CompletionWork(prompt=data.get("prompt", ""), **common)
+
+    async def serve_openai(self, kind: str, request: Request):
+        start = time.monotonic()
+        tenant = "unknown"
+        try:
+            tenant = self._tenant(request)
+            data = await self._read_json(request)
+            self._check_limits(data)
+            work = await self._render(kind, data, tenant)
+        except APIError as e:
+            self.metrics.request_done(tenant, kind, e.status, time.monotonic() - start)
+            return e.response()
+        return await self._dispatch(kind, work, start)
+
+    async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float):
+        from ray.serve.exceptions import BackPressureError
+
+        tenant = work.tenant
+        gen = self.llm.options(stream=True).generate.remote(work)
+        try:
+            _, meta = await gen.__anext__()
+            kind_item, payload = await gen.__anext__()
+        except BackPressureError:
+            self.metrics.request_done(tenant, kind, 503, time.monotonic() - start)
+            return error_response(503, "server overloaded: too many queued requests, retry later",
+                                  headers={"Retry-After": "1"})
+        except Exception as e:  # replica died mid-request, engine error, ...
+            log.exception("request %s failed", work.request_id)
+            self.metrics.request_done(tenant, kind, 500, time.monotonic() - start)
+            return error_response(500, f"internal error: {type(e).__name__}")
+        headers = {REPLICA_HEADER: meta["replica_id"], TENANT_HEADER: tenant}
+        if kind_item == ERROR:
+            status, body = payload
+            self.metrics.request_done(tenant, kind, status, time.monotonic() - start)
+            return JSONResponse(body, status_code=status, headers=headers)
+        if kind_item == BODY:
+            self.metrics.request_done(tenant, kind, 200, time.monotonic() - start, payload.get("usage"))
+            return JSONResponse(payload, headers=headers)
+
+        first_chunk = payload
+        metrics = self.metrics
+
+        async def stream():
+            ok = False
+            try:
+                yield first_chunk
+                async for item_kind, chunk in gen:
+                    if item_kind == SSE:
+                        yield chunk
+                ok = True
+            finally:
+                if not ok:
+                    gen.cancel()  # client went away: cancel the replica call -> engine abort
+                metrics.request_done(tenant, kind, 200 if ok else 499, time.monotonic() - start)
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    # -- cluster views ----------------------------------------------------------------------------
+
+    async def replica_stats(self) -> list[dict]:
+        from deployments.stats_board import board
+
+        if self._board is None:
+            self._board = board(self.cfg.app_name)
+        stats = await self._board.get.remote(max_age_s=max(3.0, 4 * self.cfg.router.stats_period_s))
+        live = await self._live_replica_ids()
+        if live is not None:
+            stats = [s for s in stats if s["replica_id"] in live]
+        return sorted(stats, key=lambda s: s["replica_id"])
+
+    async def _live_replica_ids(self) -> set[str] | None:
+        try:
+            from ray.util.state import list_actors
+
+            actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
+            return {a.name.rsplit("#", 1)[-1] for a in actors if a.name and "LLMReplica" in a.name}
+        except Exception:
+            return None
+
+    async def ready(self) -> tuple[bool, dict]:
+        from ray import serve
+
+        st = serve.status().applications.get(self.cfg.app_name)
+        if st is None:
+            return False, {"status": "not deployed"}
+        dep = st.deployments.get("LLMReplica")
+        running = dep.replica_states.get("RUNNING", 0) if dep else 0
+        ok = bool(dep) and dep.status == "HEALTHY" and running > 0
+        return ok, {"status": "ready" if ok else "not ready", "deployment": dep.status if dep else None,
+                    "running_replicas": running}
+
+    # -- routes -------------------------------------------------------------------------------
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request):
+        return await self.serve_openai("chat", request)
+
+    @app.post("/v1/completions")
+    async def completions(self, request: Request):
+        return await self.serve_openai("completion", request)
+
+    @app.get("/v1/models")
+    async def models(self, request: Request):
+        if self.auth.tenant_for(request.headers.get("authorization")) is None:
+            return error_response(401, "missing or invalid API key (send `Authorization: Bearer <key>`)")
+        return {"object": "list", "data": [{
+            "id": self.cfg.model.name, "object": "model", "created": int(time.time()),
+            "owned_by": "kvserve", "root": self.cfg.model.source, "max_model_len": self.cfg.model.max_model_len,
+        }]}
+
+    @app.get("/health")
+    async def health(self):
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready_route(self):
+        ok, body = await self.ready()
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/kvserve/stats")
+    async def stats_route(self):
+        return {"replicas": await self.replica_stats()}
+
+    @app.get("/kvserve/config")
+    async def config_route(self):
+        from kvserve.config import redacted
+
+        return redacted(self.cfg)
+
+    @app.get("/metrics")
+    async def metrics_route(self):
+        from fastapi.responses import Response
+
+        body, content_type = self.metrics.render(await self.replica_stats())
+        return Response(body, media_type=content_type)

@@ -1,0 +1,37 @@
+"""What the ingress hands a replica: a request already validated, templated and tokenized.
+
+The classes expose `.messages` (chat) or `.prompt` (completion) because Ray's
+PrefixCacheAffinityRouter reads exactly those attributes to do its text matching;
+our own router reads `.block_hashes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class _Work:
+    request_id: str
+    body: dict[str, Any]  # the validated OpenAI request body
+    engine_inputs: list[dict[str, Any]]  # vLLM's rendered prompts (token ids included)
+    block_hashes: list[int]  # chained hashes of the prompt's full KV blocks
+    num_prompt_tokens: int
+    tenant: str = "default"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ChatWork(_Work):
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CompletionWork(_Work):
+    prompt: Any = ""
+
+
+# Items a replica's generate() yields, in order: one META, then SSE chunks or one BODY or one ERROR.
+META, SSE, BODY, ERROR = "meta", "sse", "body", "error"

@@ -1,0 +1,226 @@
+"""The vLLM replica: one AsyncLLM engine behind vLLM's own OpenAI serving layer.
+
+The ingress has already validated, templated and tokenized the request; we hand
+those engine inputs to vLLM's OpenAIServingChat/Completion (whose render step we
+short-circuit), so the response format, usage (incl. cached_tokens) and errors
+are vLLM's. Cancelling the caller's stream cancels our generator, and vLLM's
+generate() aborts the request in the engine, freeing its KV blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kvserve.config import KVServeConfig
+from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
+
+log = logging.getLogger("kvserve.replica")
+
+# The pre-rendered (conversation, engine_inputs) of the request being served by this task.
+_PRERENDERED: contextvars.ContextVar[Any] = contextvars.ContextVar("kvserve_prerendered", default=None)
+
+
+def _error_payload(err: Any) -> tuple[int, dict]:
+    """vLLM ErrorResponse -> (status, OpenAI error body)."""
+    body = json.loads(err.model_dump_json()) if hasattr(err, "model_dump_json") else {"error": {"message": str(err)}}
+    inner = body.get("error", body)
+    status = int(inner.get("code") or 500) if str(inner.get("code", "")).isdigit() else 500
+    return status, {"error": {"message": inner.get("message", ""), "type": inner.get("type", "error"),
+                              "param": inner.get("param"), "code": status}}
+
+
+class LLMReplica:
+    """Ray Serve deployment class (decorated in deployments.app)."""
+
+    # Serve awaits an async constructor: the replica is only RUNNING once its engine is up.
+    async def __init__(self, config: dict) -> None:  # type: ignore[misc]
+        from deployments.kv_events import KVEventCollector, new_ipc_endpoint
+        from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+
+        self.cfg = KVServeConfig.model_validate(config)
+        apply_engine_env(self.cfg, claim_cores=True)
+        self.replica_id = self._replica_id()
+        endpoint = new_ipc_endpoint() if self.cfg.engine.enable_prefix_caching else None
+        self.args = parse_vllm_args(engine_cli_args(self.cfg, kv_events_endpoint=endpoint))
+        self.kv = KVEventCollector(endpoint, self.cfg.engine.block_size) if endpoint else None
+        self.num_requests = 0
+        self.aborted = 0
+        self._ready = False
+        self._init_task = None
+        self._board = None
+        self._last_post = 0.0
+        await self.ensure_started()
+
+    @staticmethod
+    def _replica_id() -> str:
+        try:
+            from ray import serve
+
+            return serve.get_replica_context().replica_id.unique_id
+        except Exception:
+            return f"local-{os.getpid()}"
+
+    async def _start(self) -> None:
+        from starlette.datastructures import State
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from autoscaling.window import SignalWindow
+        from deployments.engine_stats import COUNTERS, CounterStatLogger
+
+        self.window = SignalWindow(look_back_s=self.cfg.autoscaling.look_back_s)
+        self.counters = COUNTERS
+        COUNTERS.on_iteration = self._on_iteration
+        engine_args = AsyncEngineArgs.from_cli_args(self.args)
+        engine_args.disable_log_stats = False  # our stat logger needs the scheduler stats
+        self.engine = AsyncLLM.from_engine_args(engine_args, stat_loggers=[CounterStatLogger])
+        if self.kv:
+            self.kv.start()
+        state = State()
+        await init_app_state(self.engine, state, self.args, supported_tasks=await self.engine.get_supported_tasks())
+        self.chat = state.openai_serving_chat
+        self.completion = state.openai_serving_completion
+        self._install_prerendered(self.chat, "render_chat_request")
+        self._install_prerendered(self.completion, "render_completion_request")
+        self._ready = True
+        log.info("replica %s ready (block_size=%s)", self.replica_id, self.cfg.engine.block_size)
+
+    @staticmethod
+    def _install_prerendered(serving: Any, method: str) -> None:
+        original = getattr(serving, method)
+
+        async def render(request: Any) -> Any:
+            pre = _PRERENDERED.get()
+            if pre is None:
+                return await original(request)
+            err = await serving._check_model(request)
+            return err if err is not None else pre
+
+        setattr(serving, method, render)
+
+    def _on_iteration(self, ttfts: list[float], itls: list[float], finished_tokens: list[int]) -> None:
+        now = time.monotonic()
+        for t in ttfts:
+            self.window.on_first_token(t * 1000.0, now)
+        for t in itls:
+            self.window.on_token_gap(t * 1000.0, now)
+        for n in finished_tokens:
+            self.window.on_completion(n, now)
+
+    async def ensure_started(self) -> None:
+        if self._init_task is None:
+            self._init_task = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._init_task)
+
+    # -- Serve hooks ---------------------------------------------------------------------------
+
+    async def check_health(self) -> None:
+        await self.ensure_started()
+        await self.engine.check_health()
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        if not self._ready:
+            return {"ready": False}
+        await self._post_stats()
+        c = self.counters
+        version, blocks = self.kv.snapshot() if self.kv else (0, [])
+        return {
+            "ready": True,
+            "ts": time.time(),
+            "block_size": self.cfg.engine.block_size,
+            "blocks": blocks,
+            "blocks_version": version,
+            "waiting": c.waiting,
+            "running": c.running,
+            "kv_usage": c.kv_usage,
+        }
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        if not self._ready:
+            return {}
+        c = self.counters
+        hit = c.prefix_cache_hits / c.prefix_cache_queries if c.prefix_cache_queries else None
+        self.window.set_engine_state(c.waiting, c.running, c.kv_usage, hit)
+        return self.window.to_stats_dict()
+
+    async def _post_stats(self) -> None:
+        now = time.monotonic()
+        if now - self._last_post < 1.0:
+            return
+        self._last_post = now
+        try:
+            from deployments.stats_board import board
+
+            if self._board is None:
+                self._board = board(self.cfg.app_name)
+            self._board.put.remote(self.replica_id, await self.stats())
+        except Exception:  # stats are best-effort; serving must not depend on them
+            log.exception("posting stats failed")
+            self._board = None
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        await self.ensure_started()
+        c = self.counters.as_dict()
+        c.pop("on_iteration", None)
+        return {
+            "replica_id": self.replica_id,
+            "num_requests": self.num_requests,
+            "aborted": self.aborted,
+            "unfinished": self.engine.get_num_unfinished_requests(),
+            "cached_blocks": len(self.kv.blocks) if self.kv else 0,
+            "kv_events": self.kv.events_seen if self.kv else 0,
+            **c,
+            "window": self.window.to_stats_dict(),
+        }
+
+    async def generate(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
+        await self.ensure_started()
+        self.num_requests += 1
+        self.window.on_arrival(work.num_prompt_tokens)
+        yield META, {"replica_id": self.replica_id}
+        if isinstance(work, ChatWork):
+            from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+            request = ChatCompletionRequest.model_validate(work.body)
+            _PRERENDERED.set((work.conversation, work.engine_inputs))
+            result = await self.chat.create_chat_completion(request, None)
+        else:
+            from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+            request = CompletionRequest.model_validate(work.body)
+            _PRERENDERED.set(work.engine_inputs)
+            result = await self.completion.create_completion(request, None)
+        if hasattr(result, "__aiter__"):
+            finished = False
+            try:
+                async for chunk in result:
+                    yield SSE, chunk
+                finished = True
+            finally:
+                if not finished:
+                    # Caller went away: closing vLLM's generator aborts the request in the engine.
+                    self.aborted += 1
+                    await result.aclose()
+        elif type(result).__name__ == "ErrorResponse":
+            yield ERROR, _error_payload(result)
+        else:
+            yield BODY, json.loads(result.model_dump_json(exclude_none=False))
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "kv", None):
+                self.kv.stop()
+            if getattr(self, "engine", None):
+                self.engine.shutdown()
+        except Exception:
+            pass

@@ -1,0 +1,182 @@
+"""`kvserve sim`: replay a trace or a generated workload on N simulated replicas.
+
+Routing mode (`--policies`) compares routers on a fixed replica count; autoscaling
+mode (`--autoscalers`) compares autoscalers (routing with `--policy`) and the
+oracle's replica-seconds. Both print a rich table and can write JSON and PNGs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+DEFAULT_SIM_MAX_REPLICAS = 8
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
+    return str(v)
+
+
+def _table(title: str, rows: dict[str, dict[str, Any]], cols: list[str]):  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("name")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for name, row in rows.items():
+        t.add_row(name, *(_fmt(row.get(c)) for c in cols))
+    return t
+
+
+def sim(
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks)."),
+    workload: str = typer.Option("multi-tenant", "--workload", help="Generated workload when no --trace: multi-tenant | step (1x->4x->1x) | burst (8x for 30 s mid-run) | diurnal (1x->5x->1x)."),
+    replicas: int = typer.Option(16, "--replicas", min=1, help="Fixed replica count (routing mode)."),
+    policies: Optional[str] = typer.Option(None, "--policies", help="Comma list of routing policies; default: every policy in router.registry."),
+    autoscalers: Optional[str] = typer.Option(None, "--autoscalers", help="Comma list of autoscalers (autoscaling.registry): switches to autoscaling mode."),
+    policy: str = typer.Option("kvserve", "--policy", help="Routing policy used in autoscaling mode."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Engine profile JSON (`kvserve profile`). Default: the packaged H200 / vLLM 0.24 / Llama-8B profile (kvserve/profiles)."),
+    kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", min=1, help="KV capacity per replica in cache blocks (trace: 512-token blocks). Default for a trace: the trace's distinct blocks fill 70% of the cluster's cache (never below the largest request); otherwise the profile's kv_cache_tokens."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Default: engine.max_num_seqs from config."),
+    max_batched_tokens: Optional[int] = typer.Option(None, "--max-batched-tokens", help="Default: engine.max_num_batched_tokens from config."),
+    engine_start_s: Optional[float] = typer.Option(None, "--engine-start-s", help="Start-up delay of a new replica. Default: the profile's engine_start_s (else 30)."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Trace: multiply arrival times (0.5 = twice the rate)."),
+    tenants: int = typer.Option(32, "--tenants"),
+    tenant_skew: str = typer.Option("zipf:1.1", "--tenant-skew", help="uniform | zipf:S"),
+    system_tokens: int = typer.Option(2048, "--system-tokens"),
+    question_tokens: int = typer.Option(256, "--question-tokens"),
+    output_tokens: int = typer.Option(128, "--output-tokens"),
+    rate: float = typer.Option(10.0, "--rate", help="Poisson arrivals/s (step/burst/diurnal: the 1x rate). One H200 replica at the default engine settings serves ~20/s of the default mix."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="multi-tenant: closed loop with this many in flight instead of --rate."),
+    requests: Optional[int] = typer.Option(None, "--requests", help="multi-tenant: request count (default 2000); others: cap."),
+    phase_s: float = typer.Option(180.0, "--phase-s", help="step: length of each of the 3 phases; burst/diurnal run 3x this."),
+    min_replicas: Optional[int] = typer.Option(None, "--min-replicas", help="Default: autoscaling.min_replicas from config."),
+    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help=f"Default: autoscaling.max_replicas from --config, else {DEFAULT_SIM_MAX_REPLICAS}."),
+    decision_interval_s: float = typer.Option(1.0, "--decision-interval-s", help="How often the autoscaler is asked."),
+    ttft_slo_ms: Optional[float] = typer.Option(None, "--ttft-slo-ms", help="Default: slo.ttft_p90_ms from config."),
+    itl_slo_ms: Optional[float] = typer.Option(None, "--itl-slo-ms", help="Default: slo.itl_p90_ms from config."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kvserve YAML config (router, slo, autoscaling, engine sections)."),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG path (default: next to --json)."),
+) -> None:
+    """Simulate a cluster of replicas with the production routing/autoscaling policy code."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kvserve.config import load_config
+    from kvserve.perf_model import EngineProfile
+    from kvserve.sim import plots
+    from kvserve.sim.engine import EngineSettings
+    from kvserve.sim.runner import (
+        PACKAGED_PROFILE, SimSetup, compare_autoscalers, compare_policies, default_kv_blocks, router_config_for,
+    )
+    from kvserve.sim.workloads import TenantMix, generated, load_trace
+    from router.registry import policy_names
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and CI: keep the comparison table's columns whole
+    overrides: dict[str, Any] = {}
+    if ttft_slo_ms is not None:
+        overrides.setdefault("slo", {})["ttft_p90_ms"] = ttft_slo_ms
+    if itl_slo_ms is not None:
+        overrides.setdefault("slo", {})["itl_p90_ms"] = itl_slo_ms
+    a_over: dict[str, Any] = {"enabled": True}
+    if min_replicas is not None:
+        a_over["min_replicas"] = min_replicas
+    if max_replicas is not None:
+        a_over["max_replicas"] = max_replicas
+    elif config is None:
+        a_over["max_replicas"] = DEFAULT_SIM_MAX_REPLICAS
+    overrides["autoscaling"] = a_over
+    cfg = load_config(config, overrides, environ={})
+    prof_path = profile or PACKAGED_PROFILE
+    prof_raw = json.loads(Path(prof_path).read_text())
+    prof = EngineProfile.from_dict(prof_raw, source=str(prof_path))
+    explicit = set((cfg.router.model_fields_set if config else set()))
+    cfg = router_config_for(cfg, prof, explicit)
+
+    if trace is not None:
+        wl = load_trace(trace, time_scale=time_scale, max_requests=requests)
+    else:
+        mix = TenantMix(tenants, tenant_skew, system_tokens, question_tokens, output_tokens)
+        wl = generated(workload, mix, prof.block_size, rate=rate, requests=requests, concurrency=concurrency, phase_s=phase_s, seed=seed)
+    scaling_mode = bool(autoscalers)
+    n_rep = cfg.autoscaling.max_replicas if scaling_mode else replicas
+    kv = kv_blocks or default_kv_blocks(wl, n_rep, prof)
+    engine = EngineSettings(
+        block_size=wl.block_size,
+        kv_blocks=kv,
+        max_num_seqs=max_num_seqs or cfg.engine.max_num_seqs,
+        max_batched_tokens=max_batched_tokens or cfg.engine.max_num_batched_tokens,
+    )
+    start_s = engine_start_s if engine_start_s is not None else float(prof_raw.get("engine_start_s", 30.0))
+    setup = SimSetup(wl, prof, engine, cfg, replicas, seed, start_s, decision_interval_s)
+    params = {
+        **wl.params,
+        "replicas": None if scaling_mode else replicas,
+        "profile": Path(prof_path).name,
+        "kv_blocks_per_replica": kv,
+        "block_tokens": wl.block_size,
+        "max_num_seqs": engine.max_num_seqs,
+        "max_batched_tokens": engine.max_batched_tokens,
+        "slo": cfg.slo.model_dump(),
+        "seed": seed,
+    }
+    if trace is not None:
+        params["cache_fill_of_cluster"] = wl.distinct_blocks() / (kv * n_rep)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done)
+
+        if scaling_mode:
+            names = [s.strip() for s in autoscalers.split(",") if s.strip()]  # type: ignore[union-attr]
+            out, results = compare_autoscalers(setup, names, policy, progress)
+            params.update(min_replicas=cfg.autoscaling.min_replicas, max_replicas=cfg.autoscaling.max_replicas, engine_start_s=start_s, decision_interval_s=decision_interval_s)
+        else:
+            names = [s.strip() for s in policies.split(",") if s.strip()] if policies else policy_names()
+            unknown = [n for n in names if n not in policy_names()]
+            if unknown:
+                raise typer.BadParameter(f"unknown policies {unknown}; known: {', '.join(policy_names())}", param_hint="--policies")
+            out, results = compare_policies(setup, names, progress)
+    out["workload"] = params
+
+    if scaling_mode:
+        cols = ["slo_attainment", "replica_seconds", "oracle_replica_seconds", "replica_seconds_over_oracle", "failed_requests", "ttft_p90_ms", "itl_p90_ms", "max_replicas_seen"]
+        rows = {n: {**out["autoscalers"][n], **out["details"][n]} for n in out["autoscalers"]}
+        console.print(_table(f"autoscalers on {wl.name} (routing: {policy})", rows, cols))
+    else:
+        cols = ["ttft_p50_ms", "ttft_p90_ms", "itl_p90_ms", "e2e_p90_ms", "prefix_hit_rate", "oracle_hit_rate", "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds"]
+        rows = {n: {**out["policies"][n], **out["details"][n]} for n in out["policies"]}
+        console.print(_table(f"routing on {wl.name}, {replicas} replicas, {kv} KV blocks each", rows, cols))
+    console.print(f"sim wall time {out['sim_wall_s']:.1f} s")
+
+    if json_out is not None:
+        json_out.write_text(json.dumps(out, indent=1) + "\n")
+        console.print(f"wrote {json_out}")
+    png = plot or (json_out.with_suffix(".png") if json_out is not None else None)
+    if png is not None:
+        if scaling_mode:
+            plots.autoscaling_timeline(results, png, cfg.slo.ttft_p90_ms, f"{wl.name}: replicas, TTFT p90, load")
+        else:
+            plots.ttft_cdf(results, png, f"{wl.name}, {replicas} replicas: TTFT CDF")
+        console.print(f"wrote {png}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sim")(sim)

@@ -1,0 +1,420 @@
+"""Discrete-event cluster: replicas, routing through the pure policies, autoscaling, drain.
+
+One heap of timed events (engine step ends, stats ticks, scaling decisions, replica
+start-ups, drain deadlines) plus the workload's sorted arrivals. Ties break by
+insertion order, so a run is a pure function of (workload, settings, seed).
+
+What policies see is what the live adapter feeds them: `rank(RouteRequest,
+[ReplicaLoad...], now)` with the router's own `ongoing` count updated at once and
+the engine's stats (waiting, running, queued prefill tokens, KV usage) refreshed
+every `stats_period_s`, together with the KV cache events (stored/removed blocks)
+gathered over that period.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPolicy
+from kvserve.config import AutoscalingConfig, RouterConfig
+from kvserve.perf_model import EngineProfile
+from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
+from kvserve.sim.metrics import ItlLog, Window, percentile, weighted_percentile
+from kvserve.sim.workloads import SimWorkload
+from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
+
+_STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE = range(6)
+PLOT_WINDOW_S = 10.0
+
+
+@dataclass
+class ScalingSetup:
+    policy: ScalingPolicy
+    cfg: AutoscalingConfig
+    start_s: float  # engine start-up delay before a new replica is routable
+    decision_interval_s: float = 1.0
+
+
+@dataclass
+class RunResult:
+    name: str
+    requests: list[SimRequest]
+    itl: ItlLog
+    end_time: float
+    replica_seconds: float
+    routed: dict[str, int]  # requests routed per replica
+    failed_requests: int
+    rejected_requests: int  # larger than one replica's KV capacity: can never run
+    wall_s: float
+    timeline: list[dict] = field(default_factory=list)  # one row per scaling decision
+    events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, request, replica) if traced
+
+
+class Cluster:
+    def __init__(
+        self,
+        workload: SimWorkload,
+        profile: EngineProfile,
+        engine: EngineSettings,
+        policy: RoutingPolicy,
+        *,
+        replicas: int,
+        router_cfg: RouterConfig | None = None,
+        scaling: ScalingSetup | None = None,
+        name: str = "",
+        trace_events: bool = False,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.profile = profile
+        self.engine = engine
+        self.policy = policy
+        self.router_cfg = router_cfg or RouterConfig()
+        self.scaling = scaling
+        self.name = name or getattr(policy, "name", "policy")
+        self.trace = trace_events
+        self.on_progress = on_progress
+        self.reqs = workload.fresh()
+        self.replicas: dict[str, Replica] = {}
+        self.loads: dict[str, ReplicaLoad] = {}  # routable (serving) replicas only
+        self.snap: dict[str, tuple[int, int, int, float]] = {}  # last reported engine stats
+        self.touched: set[str] = set()
+        self.windows: dict[str, Window] = {}
+        self.serving_since: dict[str, float] = {}
+        self.heap: list[tuple[float, int, int, object, int]] = []
+        self.seq = itertools.count()
+        self.pending: deque[SimRequest] = deque()  # arrived while no replica was routable
+        self.itl = ItlLog()
+        self.open = len(self.reqs)
+        self.failed = 0
+        self.rejected = 0
+        self.done = 0
+        self.end_time = 0.0
+        self.timeline: list[dict] = []
+        self.events: list[tuple[float, str, int, str]] = []
+        self.cluster_ttft: deque[tuple[float, float]] = deque()
+        self.cluster_arrivals: deque[float] = deque()
+        self._n_created = 0
+        initial = replicas
+        if scaling is not None:
+            c = scaling.cfg
+            initial = c.initial_replicas if c.initial_replicas is not None else c.min_replicas
+            initial = min(max(initial, c.min_replicas), c.max_replicas)
+        for _ in range(initial):
+            self._new_replica(0.0, ready=True)
+
+    # ---- plumbing -----------------------------------------------------------
+
+    def _push(self, t: float, kind: int, obj: object = None, ver: int = 0) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), kind, obj, ver))
+
+    def _log(self, t: float, kind: str, req: SimRequest, rid: str) -> None:
+        if self.trace:
+            self.events.append((t, kind, req.idx, rid))
+
+    def _new_replica(self, now: float, ready: bool) -> Replica:
+        rid = f"r{self._n_created:04d}"
+        self._n_created += 1
+        rep = Replica(rid, self.profile, self.engine, now)
+        self.replicas[rid] = rep
+        self.snap[rid] = (0, 0, 0, 0.0)
+        if self.scaling is not None:
+            self.windows[rid] = Window()
+        if ready:
+            self._make_serving(rep, now)
+        else:
+            self._push(now + self.scaling.start_s, _READY, rep)  # type: ignore[union-attr]
+        return rep
+
+    def _make_serving(self, rep: Replica, now: float) -> None:
+        rep.state = SERVING
+        self.serving_since[rep.rid] = now
+        self._refresh_load(rep)
+        while self.pending and self.loads:
+            self._route(self.pending.popleft(), now)
+
+    def _refresh_load(self, rep: Replica) -> None:
+        if rep.state != SERVING:
+            return
+        w, run, q, kv = self.snap[rep.rid]
+        self.loads[rep.rid] = ReplicaLoad(rep.rid, rep.ongoing, w, run, q, kv)
+
+    def _kick(self, rep: Replica, now: float) -> None:
+        if rep.busy:
+            end = rep.cut_segment(now)
+        else:
+            end = rep.plan_step(now)
+        if end is not None:
+            self._push(end, _STEP, rep, rep.version)
+        self.touched.add(rep.rid)
+
+    # ---- requests -----------------------------------------------------------
+
+    def _arrive(self, req: SimRequest, now: float) -> None:
+        if self.scaling is not None:
+            self.cluster_arrivals.append(now)
+        if req.total_blocks > self.engine.kv_blocks:
+            req.failed, req.finished = True, now
+            self.rejected += 1
+            self._closed(now)
+            return
+        if not self.loads:
+            self.pending.append(req)
+            return
+        self._route(req, now)
+
+    def _route(self, req: SimRequest, now: float) -> None:
+        if req.route is None:
+            req.route = RouteRequest(
+                request_id=str(req.idx),
+                block_hashes=req.block_hashes,
+                num_prompt_tokens=req.prompt_tokens,
+                tenant=req.tenant,
+                token_ids=req.token_ids,
+                expected_output_tokens=req.output_tokens,
+            )
+        ranked = self.policy.rank(req.route, list(self.loads.values()), now)
+        rid = next((r for r in ranked if r in self.loads), None)
+        if rid is None:
+            raise RuntimeError(f"policy {self.name} ranked no routable replica")
+        self.policy.on_routed(req.route, rid, now)
+        rep = self.replicas[rid]
+        req.replica = rid
+        rep.enqueue(req)
+        self._log(now, "routed", req, rid)
+        if self.scaling is not None:
+            self.windows[rid].arrivals.append((now, req.prompt_tokens, req.output_tokens))
+        self._refresh_load(rep)
+        self._kick(rep, now)
+
+    def _finish(self, req: SimRequest, rep: Replica, now: float) -> None:
+        self.done += 1
+        self.end_time = max(self.end_time, now)
+        self._log(now, "finished", req, rep.rid)
+        self.policy.on_finished(req.route, rep.rid, now)  # type: ignore[arg-type]
+        self._closed(now)
+
+    def _closed(self, now: float) -> None:
+        """A request left the system (done, failed or rejected): closed loops release the next one."""
+        self.open -= 1
+        c = self.workload.concurrency
+        if c:
+            nxt = self._closed_next
+            if nxt < len(self.reqs):
+                self._closed_next += 1
+                self.reqs[nxt].arrival = now
+                self._push(now, _ARRIVE, self.reqs[nxt])
+        if self.on_progress and (self.done % 200 == 0 or self.open == 0):
+            self.on_progress(self.done + self.failed + self.rejected, len(self.reqs))
+
+    # ---- engine steps -------------------------------------------------------
+
+    def _step_end(self, rep: Replica, now: float) -> None:
+        first, finished, step_ms, dec_tokens = rep.end_step(now)
+        if dec_tokens:
+            self.itl.add(now, step_ms, dec_tokens)
+        win = self.windows.get(rep.rid) if self.scaling is not None else None
+        if win is not None and dec_tokens:
+            win.itl.append((now, step_ms, dec_tokens))
+        for r in first:
+            self._log(now, "first_token", r, rep.rid)
+            if win is not None:
+                ttft = (now - r.arrival) * 1000.0
+                win.ttft.append((now, ttft))
+                win.hits.append((now, r.hit_blocks, len(r.block_hashes)))
+                self.cluster_ttft.append((now, ttft))
+        for r in finished:
+            self._finish(r, rep, now)
+        if rep.has_work():
+            self._kick(rep, now)
+        self.touched.add(rep.rid)
+        if rep.state == SERVING:
+            self._refresh_load(rep)
+        elif rep.state == DRAINING and rep.ongoing == 0:
+            self._remove(rep, now)
+
+    # ---- stats period -------------------------------------------------------
+
+    def _tick(self, now: float) -> None:
+        # Every live replica reports each period, changed or not (the report doubles as
+        # its heartbeat: the router's index drops replicas it has not heard from).
+        touched, on_events = self.touched, self.policy.on_cache_events
+        for rid, rep in self.replicas.items():
+            if rep.state == GONE:
+                continue
+            if rid not in touched:
+                on_events(rid, (), (), now)
+                continue
+            stored, removed = rep.kv.take_events()
+            on_events(rid, stored, removed, now)
+            self.snap[rid] = (len(rep.waiting), rep.running, max(rep.queued_prefill_tokens, 0), rep.kv.usage())
+            self._refresh_load(rep)
+        touched.clear()
+        if self.open > 0:
+            self._push(now + self.router_cfg.stats_period_s, _TICK)
+
+    # ---- autoscaling --------------------------------------------------------
+
+    def _replica_metrics(self, rep: Replica, now: float) -> ReplicaMetrics:
+        cfg = self.scaling.cfg  # type: ignore[union-attr]
+        win = self.windows[rep.rid]
+        win.trim(now - cfg.look_back_s)
+        span = max(min(cfg.look_back_s, now - self.serving_since.get(rep.rid, 0.0)), 1e-3)
+        arr = win.arrivals
+        n_arr = len(arr)
+        p_sum = sum(a[1] for a in arr)
+        o_sum = sum(a[2] for a in arr)
+        gen = sum(x[2] for x in win.itl) + len(win.ttft)
+        hit = sum(h[1] for h in win.hits)
+        tot = sum(h[2] for h in win.hits)
+        return ReplicaMetrics(
+            replica_id=rep.rid,
+            ttft_p90_ms=percentile([x[1] for x in win.ttft], 90),
+            itl_p90_ms=weighted_percentile([x[1] for x in win.itl], [x[2] for x in win.itl], 90),
+            waiting=len(rep.waiting),
+            running=rep.running,
+            kv_usage=rep.kv.usage(),
+            requests_per_s=n_arr / span,
+            prompt_tokens_per_s=p_sum / span,
+            output_tokens_per_s=gen / span,
+            mean_prompt_tokens=p_sum / n_arr if n_arr else 0.0,
+            mean_output_tokens=o_sum / n_arr if n_arr else 0.0,
+            cache_hit_rate=hit / tot if tot else 0.0,
+        )
+
+    def _decide(self, now: float) -> None:
+        sc = self.scaling
+        assert sc is not None
+        by_state: dict[str, list[Replica]] = {STARTING: [], SERVING: [], DRAINING: []}
+        for rep in self.replicas.values():
+            if rep.state in by_state:
+                by_state[rep.state].append(rep)
+        serving, starting = by_state[SERVING], by_state[STARTING]
+        inp = ScalingInput(
+            now=now,
+            current_replicas=len(serving) + len(starting),
+            running_replicas=len(serving),
+            metrics=[self._replica_metrics(r, now) for r in serving],
+            total_ongoing=float(sum(r.ongoing for r in serving) + len(self.pending)),
+        )
+        decision: Decision = sc.policy.decide(inp)
+        target = min(max(decision.replicas, sc.cfg.min_replicas), sc.cfg.max_replicas)
+        current = inp.current_replicas
+        if target > current:
+            for _ in range(target - current):
+                self._new_replica(now, ready=False)
+        elif target < current:
+            self._scale_down(current - target, starting, serving, now)
+        while self.cluster_ttft and self.cluster_ttft[0][0] < now - PLOT_WINDOW_S:
+            self.cluster_ttft.popleft()
+        while self.cluster_arrivals and self.cluster_arrivals[0] < now - PLOT_WINDOW_S:
+            self.cluster_arrivals.popleft()
+        self.timeline.append(
+            {
+                "t": now,
+                "target": target,
+                "serving": sum(1 for r in self.replicas.values() if r.state == SERVING),
+                "existing": sum(1 for r in self.replicas.values() if r.state != GONE),
+                "ttft_p90_ms": percentile([x[1] for x in self.cluster_ttft], 90),
+                "arrivals_per_s": len(self.cluster_arrivals) / PLOT_WINDOW_S,
+                "reason": decision.reason,
+            }
+        )
+        if self.open > 0:
+            self._push(now + sc.decision_interval_s, _DECIDE)
+
+    def _scale_down(self, n: int, starting: list[Replica], serving: list[Replica], now: float) -> None:
+        # Cancel replicas that are still starting first (newest first): they hold no requests.
+        for rep in sorted(starting, key=lambda r: r.rid, reverse=True)[:n]:
+            rep.state, rep.gone_at = GONE, now
+            n -= 1
+        # Then drain the least-loaded serving replicas: no new requests, in-flight ones finish.
+        for rep in sorted(serving, key=lambda r: (r.ongoing, r.rid))[: max(n, 0)]:
+            rep.state, rep.drain_started = DRAINING, now
+            self.loads.pop(rep.rid, None)
+            if rep.ongoing == 0:
+                self._remove(rep, now)
+            else:
+                self._push(now + self.scaling.cfg.drain_grace_s, _GRACE, rep)  # type: ignore[union-attr]
+
+    def _grace_over(self, rep: Replica, now: float) -> None:
+        if rep.state != DRAINING:
+            return
+        for r in rep.kill_all():
+            r.failed, r.finished = True, now
+            self.failed += 1
+            self.policy.on_finished(r.route, rep.rid, now)  # type: ignore[arg-type]
+            self._closed(now)
+        self._remove(rep, now)
+
+    def _remove(self, rep: Replica, now: float) -> None:
+        rep.state, rep.gone_at = GONE, now
+        self.loads.pop(rep.rid, None)
+        self.policy.on_replica_gone(rep.rid)
+
+    # ---- main loop ----------------------------------------------------------
+
+    def run(self) -> RunResult:
+        t0 = time.perf_counter()
+        reqs, heap = self.reqs, self.heap
+        closed = self.workload.concurrency
+        arrivals: list[SimRequest] = [] if closed else reqs
+        self._closed_next = 0
+        if closed:
+            for r in reqs[:closed]:
+                r.arrival = 0.0
+                self._push(0.0, _ARRIVE, r)
+            self._closed_next = min(closed, len(reqs))
+        self._push(0.0, _TICK)
+        if self.scaling is not None:
+            self._push(self.scaling.decision_interval_s, _DECIDE)
+        i, n = 0, len(arrivals)
+        while True:
+            ta = arrivals[i].arrival if i < n else math.inf
+            if heap and heap[0][0] <= ta:
+                now, _, kind, obj, ver = heapq.heappop(heap)
+            elif i < n:
+                now, kind, obj, ver = ta, _ARRIVE, arrivals[i], 0
+                i += 1
+            else:
+                break
+            if kind == _STEP:
+                if ver == obj.version and obj.state != GONE:  # type: ignore[attr-defined]
+                    self._step_end(obj, now)  # type: ignore[arg-type]
+            elif kind == _ARRIVE:
+                self.end_time = max(self.end_time, now)
+                self._arrive(obj, now)  # type: ignore[arg-type]
+            elif kind == _TICK:
+                self._tick(now)
+            elif kind == _DECIDE:
+                self._decide(now)
+            elif kind == _READY:
+                if obj.state == STARTING:  # type: ignore[attr-defined]
+                    self._make_serving(obj, now)  # type: ignore[arg-type]
+            elif kind == _GRACE:
+                self._grace_over(obj, now)  # type: ignore[arg-type]
+        # Requests still waiting for a replica when the run ends were never served.
+        for r in self.pending:
+            r.failed, r.finished = True, self.end_time
+            self.failed += 1
+        end = self.end_time
+        rs = sum(max(0.0, min(rep.gone_at if rep.gone_at is not None else end, end) - rep.created) for rep in self.replicas.values())
+        return RunResult(
+            name=self.name,
+            requests=reqs,
+            itl=self.itl,
+            end_time=end,
+            replica_seconds=rs,
+            routed={rid: rep.routed_total for rid, rep in self.replicas.items()},
+            failed_requests=self.failed,
+            rejected_requests=self.rejected,
+            wall_s=time.perf_counter() - t0,
+            timeline=self.timeline,
+            events=self.events,
+        )

@@ -1,0 +1,120 @@
+"""Latency percentiles, rolling windows and per-minute SLO attainment of a simulation run."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvserve.config import SLOConfig
+from kvserve.sim.engine import SimRequest
+
+MINUTE_S = 60.0
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+def weighted_percentile(values: Sequence[float], weights: Sequence[float], q: float) -> float | None:
+    """Percentile of `values` where value i occurs `weights[i]` times (ITL: a step's time, once per token)."""
+    if not len(values):
+        return None
+    v = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    order = np.argsort(v, kind="stable")
+    cum = np.cumsum(w[order])
+    if cum[-1] <= 0:
+        return None
+    i = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
+    return float(v[order][min(i, len(v) - 1)])
+
+
+@dataclass
+class ItlLog:
+    """Every engine step with decoders: (end time, step ms, tokens it produced for decoders)."""
+
+    t: list[float] = field(default_factory=list)
+    ms: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def add(self, t: float, ms: float, tokens: int) -> None:
+        self.t.append(t)
+        self.ms.append(ms)
+        self.tokens.append(tokens)
+
+
+class Window:
+    """One replica's rolling window of events for the autoscaler's ReplicaMetrics."""
+
+    __slots__ = ("ttft", "itl", "arrivals", "hits")
+
+    def __init__(self) -> None:
+        self.ttft: deque[tuple[float, float]] = deque()  # (t, ttft ms)
+        self.itl: deque[tuple[float, float, int]] = deque()  # (t, step ms, tokens)
+        self.arrivals: deque[tuple[float, int, int]] = deque()  # (t, prompt tokens, output tokens)
+        self.hits: deque[tuple[float, int, int]] = deque()  # (t, hit blocks, prompt blocks)
+
+    def trim(self, since: float) -> None:
+        for d in (self.ttft, self.itl, self.arrivals, self.hits):
+            while d and d[0][0] < since:
+                d.popleft()
+
+
+def minute_buckets(requests: Sequence[SimRequest], itl: ItlLog) -> dict[int, tuple[list[float], list[float], list[int]]]:
+    """minute -> (TTFTs of requests arriving in it, step ms, step tokens of steps ending in it)."""
+    out: dict[int, tuple[list[float], list[float], list[int]]] = {}
+    for r in requests:
+        if r.first_token is not None:
+            out.setdefault(int(r.arrival // MINUTE_S), ([], [], []))[0].append((r.first_token - r.arrival) * 1000.0)
+    for t, ms, n in zip(itl.t, itl.ms, itl.tokens):
+        b = out.setdefault(int(t // MINUTE_S), ([], [], []))
+        b[1].append(ms)
+        b[2].append(n)
+    return out
+
+
+def minute_ok(bucket: tuple[list[float], list[float], list[int]], slo: SLOConfig) -> bool:
+    ttft, ms, n = bucket
+    p_ttft = percentile(ttft, 90)
+    p_itl = weighted_percentile(ms, n, 90)
+    return (p_ttft is None or p_ttft <= slo.ttft_p90_ms) and (p_itl is None or p_itl <= slo.itl_p90_ms)
+
+
+def slo_attainment(requests: Sequence[SimRequest], itl: ItlLog, slo: SLOConfig) -> float:
+    """Fraction of minutes (with any traffic) whose TTFT p90 and ITL p90 are within the SLO."""
+    buckets = minute_buckets(requests, itl)
+    if not buckets:
+        return 1.0
+    return sum(minute_ok(b, slo) for b in buckets.values()) / len(buckets)
+
+
+def latency_summary(requests: Sequence[SimRequest], itl: ItlLog) -> dict[str, float | None]:
+    done = [r for r in requests if r.finished is not None and not r.failed]
+    ttft = [(r.first_token - r.arrival) * 1000.0 for r in done if r.first_token is not None]
+    e2e = [(r.finished - r.arrival) * 1000.0 for r in done]  # type: ignore[operator]
+    return {
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p90_ms": percentile(ttft, 90),
+        "ttft_p99_ms": percentile(ttft, 99),
+        "itl_p50_ms": weighted_percentile(itl.ms, itl.tokens, 50),
+        "itl_p90_ms": weighted_percentile(itl.ms, itl.tokens, 90),
+        "e2e_p50_ms": percentile(e2e, 50),
+        "e2e_p90_ms": percentile(e2e, 90),
+    }
+
+
+def prefix_hit_rate(requests: Sequence[SimRequest]) -> float:
+    """Prompt blocks found cached on the chosen replica / all prompt blocks (block-weighted)."""
+    hit = sum(r.hit_blocks for r in requests if r.admitted is not None)
+    total = sum(len(r.block_hashes) for r in requests if r.admitted is not None)
+    return hit / total if total else 0.0
+
+
+def share_max_over_mean(counts: Sequence[int]) -> float | None:
+    """Busiest replica's request count over the mean (1.0 = perfectly even)."""
+    if not counts or sum(counts) == 0:
+        return None
+    return max(counts) / (sum(counts) / len(counts))

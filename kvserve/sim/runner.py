@@ -1,0 +1,172 @@
+"""Runs comparisons: several routing policies, or several autoscalers, on one workload.
+
+Policies and autoscalers are built by the same registries the live cluster uses
+(`router.registry.make_policy`, `autoscaling.registry.make_autoscaler`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvserve.config import KVServeConfig
+from kvserve.perf_model import EngineProfile
+from kvserve.sim.cluster import Cluster, RunResult, ScalingSetup
+from kvserve.sim.engine import EngineSettings
+from kvserve.sim.metrics import latency_summary, prefix_hit_rate, share_max_over_mean, slo_attainment
+from kvserve.sim.oracle import infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok
+from kvserve.sim.workloads import SimWorkload
+from router.registry import make_policy
+
+ROUTING_KEYS = (
+    "ttft_p50_ms", "ttft_p90_ms", "prefix_hit_rate", "oracle_hit_rate",
+    "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds",
+)
+AUTOSCALING_KEYS = ("slo_attainment", "replica_seconds", "oracle_replica_seconds", "failed_requests")
+
+PACKAGED_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "h200-vllm0.24-llama8b-profile.json"
+TRACE_CACHE_FILL = 0.7  # a trace's distinct blocks fill this fraction of the cluster's KV cache by default
+
+Progress = Callable[[str, int, int], None]
+
+
+def default_kv_blocks(workload: SimWorkload, replicas: int, profile: EngineProfile) -> int:
+    """Per-replica KV capacity in the workload's blocks.
+
+    Trace: sized so the trace's distinct blocks need TRACE_CACHE_FILL (70%) of the
+    cluster's total cache -- ceil(distinct / (0.7 x replicas)) -- but never below the
+    largest single request (it must fit on one replica). Generated workloads: the
+    profile's measured capacity.
+    """
+    if workload.name == "trace":
+        return max(math.ceil(workload.distinct_blocks() / (TRACE_CACHE_FILL * replicas)), workload.max_request_blocks())
+    return max(profile.kv_cache_tokens // workload.block_size, workload.max_request_blocks())
+
+
+def router_config_for(cfg: KVServeConfig, profile: EngineProfile, explicit: set[str]) -> KVServeConfig:
+    """The router's cost model comes from the same profile the engines are simulated with, unless set explicitly."""
+    if "prefill_ms_per_token" in explicit:
+        return cfg
+    router = cfg.router.model_copy(update={"prefill_ms_per_token": profile.prefill_ms_per_token()})
+    return cfg.model_copy(update={"router": router})
+
+
+@dataclass
+class SimSetup:
+    workload: SimWorkload
+    profile: EngineProfile
+    engine: EngineSettings
+    cfg: KVServeConfig
+    replicas: int
+    seed: int = 0
+    engine_start_s: float = 30.0
+    decision_interval_s: float = 1.0
+
+
+def run_routing(setup: SimSetup, policy_name: str, progress: Progress | None = None, replicas: int | None = None) -> RunResult:
+    policy = make_policy(policy_name, setup.cfg.router, setup.seed)
+    cb = (lambda d, t: progress(policy_name, d, t)) if progress else None
+    cluster = Cluster(
+        setup.workload, setup.profile, setup.engine, policy,
+        replicas=replicas or setup.replicas, router_cfg=setup.cfg.router, name=policy_name, on_progress=cb,
+    )
+    return cluster.run()
+
+
+def routing_summary(res: RunResult, setup: SimSetup, bounds: dict[str, float]) -> dict[str, Any]:
+    counts = [res.routed.get(rid, 0) for rid in res.routed]
+    return {
+        **latency_summary(res.requests, res.itl),
+        "prefix_hit_rate": prefix_hit_rate(res.requests),
+        **bounds,
+        "share_max_over_mean": share_max_over_mean(counts),
+        "slo_attainment": slo_attainment(res.requests, res.itl, setup.cfg.slo),
+        "replica_seconds": res.replica_seconds,
+        "failed_requests": res.failed_requests,
+        "rejected_requests": res.rejected_requests,
+        "wall_s": res.wall_s,
+    }
+
+
+def hit_bounds(setup: SimSetup) -> dict[str, float]:
+    reqs = setup.workload.requests
+    return {
+        "oracle_hit_rate": oracle_hit_rate(reqs, setup.engine.kv_blocks * setup.replicas),
+        "infinite_hit_rate": infinite_hit_rate(reqs),
+    }
+
+
+def compare_policies(
+    setup: SimSetup, policies: list[str], progress: Progress | None = None
+) -> tuple[dict[str, Any], dict[str, RunResult]]:
+    t0 = time.perf_counter()
+    bounds = hit_bounds(setup)
+    results: dict[str, RunResult] = {}
+    summary: dict[str, Any] = {}
+    for name in policies:
+        res = run_routing(setup, name, progress)
+        results[name] = res
+        summary[name] = routing_summary(res, setup, bounds)
+    return _split(summary, ROUTING_KEYS, "policies", time.perf_counter() - t0), results
+
+
+def _split(summary: dict[str, dict[str, Any]], keys: tuple[str, ...], section: str, wall_s: float) -> dict[str, Any]:
+    """The agreed JSON keys per entry under `section`; everything else under `details`."""
+    return {
+        section: {n: {k: row[k] for k in keys} for n, row in summary.items()},
+        "details": {n: {k: v for k, v in row.items() if k not in keys} for n, row in summary.items()},
+        "sim_wall_s": wall_s,
+    }
+
+
+def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Progress | None = None) -> RunResult:
+    from autoscaling.registry import make_autoscaler
+
+    sc = ScalingSetup(
+        make_autoscaler(name, setup.cfg.autoscaling, setup.cfg.slo, setup.profile),
+        setup.cfg.autoscaling,
+        setup.engine_start_s,
+        setup.decision_interval_s,
+    )
+    policy = make_policy(routing_policy, setup.cfg.router, setup.seed)
+    cb = (lambda d, t: progress(name, d, t)) if progress else None
+    cluster = Cluster(
+        setup.workload, setup.profile, setup.engine, policy,
+        replicas=0, router_cfg=setup.cfg.router, scaling=sc, name=name, on_progress=cb,
+    )
+    return cluster.run()
+
+
+def compare_autoscalers(
+    setup: SimSetup, autoscalers: list[str], routing_policy: str, progress: Progress | None = None
+) -> tuple[dict[str, Any], dict[str, RunResult]]:
+    t0 = time.perf_counter()
+    a = setup.cfg.autoscaling
+    results = {name: run_autoscaler(setup, name, routing_policy, progress) for name in autoscalers}
+    cache: dict[int, dict[int, bool]] = {}
+
+    def fixed(n: int) -> dict[int, bool]:
+        if n not in cache:
+            res = run_routing(setup, routing_policy, progress and (lambda _p, d, t: progress(f"oracle n={n}", d, t)), replicas=n)
+            cache[n] = per_minute_ok(res.requests, res.itl, setup.cfg.slo)
+        return cache[n]
+
+    summary: dict[str, Any] = {}
+    for name, res in results.items():
+        oracle_rs, need = oracle_replica_seconds(fixed, a.min_replicas, a.max_replicas, res.end_time)
+        summary[name] = {
+            "slo_attainment": slo_attainment(res.requests, res.itl, setup.cfg.slo),
+            "replica_seconds": res.replica_seconds,
+            "oracle_replica_seconds": oracle_rs,
+            "failed_requests": res.failed_requests,
+            "replica_seconds_over_oracle": res.replica_seconds / oracle_rs if oracle_rs else None,
+            "max_replicas_seen": max((row["existing"] for row in res.timeline), default=0),
+            **latency_summary(res.requests, res.itl),
+        }
+    out = _split(summary, AUTOSCALING_KEYS, "autoscalers", time.perf_counter() - t0)
+    out["routing_policy"] = routing_policy
+    return out, results

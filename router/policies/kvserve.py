@@ -1,0 +1,153 @@
+"""kvserve's router: token-exact prefix index + predicted-TTFT cost, near-ties broken at random.
+
+For each replica: how many leading blocks of the prompt it holds (`PrefixIndex`,
+fed by engine KV events plus speculative entries for what we just routed), ->
+uncached prompt tokens -> routing cost (`router.cost`): predicted TTFT,
+including prefill work this router sent there that the replica's stats do not
+show yet, plus the eviction a miss causes and the context this router has in
+flight there (Dynamo's decode-load term).
+
+The minimum wins; replicas within `tie_tolerance` of it are shuffled with a
+seeded RNG, so a burst sharing one hot prefix spreads instead of herding onto
+whichever replica happened to win the first decision. A hot prefix spills to
+another replica by itself once its home's queued work costs more than
+re-prefilling the prefix elsewhere.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvserve.config import RouterConfig
+from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
+from router.cost import CostParams, cost_terms_ms
+from router.index import PrefixIndex
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    uncached: int  # prompt tokens the replica had to prefill when we routed it
+    context: int  # prompt + expected output tokens: the KV/batch share it holds until done
+    prefill_done_at: float  # predicted: routing time + predicted TTFT
+
+
+class KVServePolicy(RoutingPolicy):
+    name = "kvserve"
+
+    def __init__(
+        self,
+        cfg: RouterConfig | None = None,
+        seed: int = 0,
+        block_size: int | None = None,
+        params: CostParams | None = None,
+    ) -> None:
+        cfg = cfg or RouterConfig()
+        self.cfg = cfg
+        self.params = params or CostParams.from_config(cfg)
+        # None: infer per request from prompt length / chain length (works for any engine block size).
+        self.block_size = block_size
+        self.index = PrefixIndex(cfg.speculative_ttl_s, cfg.stale_after_s)
+        self._rng = random.Random(seed)
+        self._inflight: dict[str, dict[str, _InFlight]] = {}  # replica -> request id -> what we sent
+        self._active: dict[str, int] = {}  # replica -> context tokens of our in-flight requests there
+        # The last decision (request id, index matches, per-replica evaluation), reused by on_routed.
+        self._last: tuple[str, dict[str, int], dict[str, tuple[float, float]]] | None = None
+
+    # ---- decision ----------------------------------------------------------
+
+    def costs(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> dict[str, float]:
+        """Routing cost (ms) per replica for `request`: `router.cost.routing_cost_ms` with our in-flight work."""
+        return {rid: c for rid, (c, _) in self._evaluate(request, replicas, now).items()}
+
+    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
+        costs = self.costs(request, replicas, now)
+        best = min(costs.values())
+        limit = best * (1.0 + self.cfg.tie_tolerance) + 1e-9
+        ties = [rid for rid, c in costs.items() if c <= limit]
+        ties.sort()  # replicas' input order must not bias the seeded shuffle
+        self._rng.shuffle(ties)
+        rest = sorted((rid for rid, c in costs.items() if c > limit), key=lambda rid: (costs[rid], rid))
+        return ties + rest
+
+    def _evaluate(
+        self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float
+    ) -> dict[str, tuple[float, float]]:
+        """replica -> (routing cost ms, predicted TTFT ms); remembered for the on_routed that follows."""
+        matches = self.index.match(request.block_hashes, now)
+        bs = self._block_size(request)
+        prompt = request.num_prompt_tokens
+        params, active = self.params, self._active
+        out: dict[str, tuple[float, float]] = {}
+        for load in replicas:
+            rid = load.replica_id
+            queued, running = self._known_load(load, now)
+            uncached = prompt - matches.get(rid, 0) * bs
+            out[rid] = cost_terms_ms(queued, running, load.kv_usage, uncached, active.get(rid, 0), params)
+        self._last = (request.request_id, matches, out)
+        return out
+
+    # ---- feedback ----------------------------------------------------------
+
+    def on_routed(self, request: RouteRequest, replica_id: str, now: float) -> None:
+        last = self._last
+        if last is None or last[0] != request.request_id or replica_id not in last[2]:
+            # Routed without a matching rank call: evaluate with only what we know ourselves.
+            self._evaluate(request, [ReplicaLoad(replica_id)], now)
+            last = self._last
+        assert last is not None
+        self._last = None
+        _, matches, evaluated = last
+        uncached = max(request.num_prompt_tokens - matches.get(replica_id, 0) * self._block_size(request), 0)
+        prefill_done_at = now + evaluated[replica_id][1] / 1000.0
+        context = request.num_prompt_tokens + request.expected_output_tokens
+        mine = self._inflight.setdefault(replica_id, {})
+        old = mine.pop(request.request_id, None)  # a retry re-routed to the same replica
+        mine[request.request_id] = _InFlight(uncached, context, prefill_done_at)
+        self._active[replica_id] = self._active.get(replica_id, 0) + context - (old.context if old else 0)
+        self.index.on_routed(replica_id, request.block_hashes, now)
+
+    def on_finished(self, request: RouteRequest, replica_id: str, now: float) -> None:
+        entry = self._inflight.get(replica_id, {}).pop(request.request_id, None)
+        if entry is not None:
+            self._active[replica_id] -= entry.context
+
+    def on_cache_snapshot(self, replica_id: str, block_hashes: Iterable[int], now: float) -> None:
+        self.index.on_cache_snapshot(replica_id, block_hashes, now)
+
+    def on_cache_events(self, replica_id: str, stored: Iterable[int], removed: Iterable[int], now: float) -> None:
+        self.index.on_cache_events(replica_id, stored, removed, now)
+
+    def on_replica_gone(self, replica_id: str) -> None:
+        self.index.on_replica_gone(replica_id)
+        self._inflight.pop(replica_id, None)
+        self._active.pop(replica_id, None)
+
+    # ---- helpers -----------------------------------------------------------
+
+    def _block_size(self, request: RouteRequest) -> int:
+        if self.block_size:
+            return self.block_size
+        n = len(request.block_hashes)
+        return max(request.num_prompt_tokens // n, 1) if n else 1
+
+    def _known_load(self, load: ReplicaLoad, now: float) -> tuple[int, int]:
+        """(queued prefill tokens, running sequences) on `load`'s replica, merged with our own requests.
+
+        Replica stats arrive every `stats_period_s`, so the requests we routed
+        since are invisible in them. Each of our in-flight requests is assumed to
+        be waiting for prefill until the TTFT we predicted when routing it, and
+        running after. Taking the max (not the sum) with the reported numbers
+        avoids counting twice the requests that the stats do show.
+        """
+        mine = self._inflight.get(load.replica_id)
+        if not mine:
+            return load.queued_prefill_tokens, load.running
+        pending_tokens = 0
+        pending = 0
+        for r in mine.values():
+            if r.prefill_done_at > now:
+                pending_tokens += r.uncached
+                pending += 1
+        return max(load.queued_prefill_tokens, pending_tokens), max(load.running, len(mine) - pending)

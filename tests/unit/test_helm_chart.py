@@ -1,0 +1,231 @@
+"""Render the Helm chart in-process for every example values file and validate what comes out.
+
+Every object is checked against the Kubernetes schemas (kubernetes-validate), the RayService
+against KubeRay's own CRD schema (from ../shared), and its serveConfigV2 must carry exactly
+the KVServeConfig the values describe.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+helm_python = pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) renders the chart")
+
+from kvserve.config import ConfigError, KVServeConfig  # noqa: E402
+from kvserve.helm_values import (  # noqa: E402
+    CHART_DIR,
+    load_values,
+    render_chart,
+    validate_values,
+    values_to_config,
+    worker_bounds,
+)
+from kvserve.serve_config import IMPORT_PATH, build_serve_config, config_from_serve_config  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO / ".." / "shared"
+KUBERAY_CRD = SHARED / "schemas" / "kuberay-v1.7.0-ray.io_rayservices.yaml"
+K8S_VERSION = "1.30"  # oldest Kubernetes we document; strict = unknown fields are errors
+VALUES_FILES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
+CASES = [None, *VALUES_FILES]  # None = the chart defaults alone
+IDS = ["defaults", *[p.name.removesuffix("-values.yaml") for p in VALUES_FILES]]
+
+
+def _values(path: Path | None) -> dict:
+    return yaml.safe_load(path.read_text()) if path else {}
+
+
+@functools.cache
+def _render(path: Path | None) -> dict[str, list[dict]]:
+    return render_chart(_values(path), release="llm", namespace="serving")
+
+
+def _objects(path: Path | None) -> list[dict]:
+    return [obj for objs in _render(path).values() for obj in objs]
+
+
+def _one(path: Path | None, kind: str) -> dict:
+    found = [o for o in _objects(path) if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+@functools.cache
+def _rayservice_validator() -> jsonschema.Draft7Validator:
+    if not KUBERAY_CRD.exists():
+        pytest.skip(f"KubeRay CRD not found at {KUBERAY_CRD} (../shared absent)")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRD is 1 MB of YAML
+    crd = yaml.load(KUBERAY_CRD.read_text(), Loader=loader)  # noqa: S506 - a safe loader
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft7Validator(v1["schema"]["openAPIV3Schema"])
+
+
+def test_example_values_files_exist():
+    names = {p.name for p in VALUES_FILES}
+    for expected in ("cpu-dev", "gpu-production", "autoscaling-on", "autoscaling-off", "ingress-on"):
+        assert f"{expected}-values.yaml" in names
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_every_builtin_object_validates_against_kubernetes_schemas(path):
+    checked = 0
+    for obj in _objects(path):
+        if obj["apiVersion"] in ("ray.io/v1", "monitoring.coreos.com/v1"):
+            continue  # CRDs: RayService checked against KubeRay's schema below
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        checked += 1
+    assert checked >= 1  # at least the Service
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_rayservice_validates_against_kuberay_crd(path):
+    rs = _one(path, "RayService")
+    _rayservice_validator().validate(rs)
+    # The pod templates inside are plain PodTemplateSpecs: hold them to the strict k8s schema too.
+    cluster = rs["spec"]["rayClusterConfig"]
+    templates = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
+    for tpl in templates:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", **tpl.get("metadata", {})}, "spec": tpl["spec"]}
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_kuberay_schema_actually_rejects_a_broken_rayservice():
+    rs = _one(None, "RayService")
+    broken = yaml.safe_load(yaml.safe_dump(rs))
+    del broken["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["groupName"]
+    with pytest.raises(jsonschema.ValidationError, match="groupName"):
+        _rayservice_validator().validate(broken)
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_serve_config_round_trips_into_the_values_config(path):
+    rs = _one(path, "RayService")
+    serve_cfg = yaml.safe_load(rs["spec"]["serveConfigV2"])
+    expected = values_to_config(load_values(*([path] if path else [])))
+    assert config_from_serve_config(serve_cfg) == expected
+    # Same layout as build_serve_config (what `kvserve deploy` submits), apart from defaults.
+    built = build_serve_config(expected)
+    assert serve_cfg["http_options"] == built["http_options"]
+    (app,) = serve_cfg["applications"]
+    (built_app,) = built["applications"]
+    assert {k: app[k] for k in ("name", "route_prefix", "import_path")} == {
+        k: built_app[k] for k in ("name", "route_prefix", "import_path")
+    }
+    assert app["import_path"] == IMPORT_PATH
+    assert KVServeConfig.model_validate(built_app["args"]["config"]) == expected
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_worker_group_matches_config(path):
+    values = load_values(*([path] if path else []))
+    cfg = values_to_config(values)
+    cluster = _one(path, "RayService")["spec"]["rayClusterConfig"]
+    (group,) = cluster["workerGroupSpecs"]
+    assert (group["minReplicas"], group["maxReplicas"]) == worker_bounds(cfg, values["worker"]["gpus"])
+    assert cluster["enableInTreeAutoscaling"] is cfg.autoscaling.enabled
+    (container,) = group["template"]["spec"]["containers"]
+    gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if cfg.engine.device == "gpu":
+        assert gpus == values["worker"]["gpus"]
+        assert group["template"]["spec"]["tolerations"]
+    else:
+        assert gpus is None
+
+
+def test_autoscaling_on_sizes_worker_pods_from_replica_range():
+    cluster = _one(CHART_DIR / "ci" / "autoscaling-on-values.yaml", "RayService")["spec"]["rayClusterConfig"]
+    (group,) = cluster["workerGroupSpecs"]
+    # 1..8 replicas, 2 GPUs per pod, 1 GPU per replica -> 1..4 pods.
+    assert (group["minReplicas"], group["maxReplicas"]) == (1, 4)
+    assert cluster["autoscalerOptions"]["upscalingMode"] == "Aggressive"
+
+
+def test_ingress_only_when_enabled():
+    assert not [o for o in _objects(None) if o["kind"] == "Ingress"]
+    ing = _one(CHART_DIR / "ci" / "ingress-on-values.yaml", "Ingress")
+    (rule,) = ing["spec"]["rules"]
+    assert rule["host"] == "llm.example.com"
+    assert rule["http"]["paths"][0]["backend"]["service"]["name"] == _one(None, "Service")["metadata"]["name"]
+
+
+def test_monitors_and_dashboard_slot_render_when_enabled():
+    prod = CHART_DIR / "ci" / "gpu-production-values.yaml"
+    kinds = {o["kind"] for o in _objects(prod)}
+    assert {"ServiceMonitor", "PodMonitor", "ConfigMap"} <= kinds
+    assert not {"ServiceMonitor", "PodMonitor", "ConfigMap"} & {o["kind"] for o in _objects(None)}
+    pm = _one(prod, "PodMonitor")
+    assert pm["metadata"]["labels"]["release"] == "prometheus"
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+def test_api_key_secret_is_mounted_not_rendered_by_default():
+    assert not [o for o in _objects(None) if o["kind"] == "Secret"]
+    rs = _one(None, "RayService")
+    cfg = config_from_serve_config(rs["spec"]["serveConfigV2"])
+    assert cfg.tenants.keys_file == "/etc/kvserve/keys/keys.yaml" and not cfg.tenants.open_mode
+    head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert {"name": "api-keys", "secret": {"secretName": "kvserve-api-keys", "defaultMode": 0o440}} in head["volumes"]
+
+
+def test_created_secret_holds_only_hashes():
+    secret = _one(CHART_DIR / "ci" / "autoscaling-on-values.yaml", "Secret")
+    entries = yaml.safe_load(secret["stringData"]["keys.yaml"])
+    assert entries and all(set(e) == {"tenant", "key_sha256"} and len(e["key_sha256"]) == 64 for e in entries)
+
+
+# ---------------------------------------------------------------- bad values
+
+
+BAD_VALUES = [
+    ({"kvserve": {"num_replicas": -1}}, "/kvserve/num_replicas"),
+    ({"kvserve": {"router": {"policy": "fastest"}}}, "/kvserve/router/policy"),
+    ({"kvserve": {"engine": {"device": "tpu"}}}, "/kvserve/engine/device"),
+    ({"kvserve": {"modle": {"source": "x"}}}, "modle"),
+    ({"kvserve": {"tenants": {"keys": [{"tenant": "a", "key": "sk-clear-text"}]}}}, "/kvserve/tenants/keys/0"),
+    ({"worker": {"gpus": -2}}, "/worker/gpus"),
+    ({"apiKeySecret": {"create": True, "entries": [{"tenant": "a", "key_sha256": "not-a-hash"}]}}, "key_sha256"),
+    ({"ingress": {"enabled": "yes"}}, "/ingress/enabled"),
+]
+
+
+@pytest.mark.parametrize(("values", "field"), BAD_VALUES, ids=[f for _, f in BAD_VALUES])
+def test_helm_rejects_invalid_values_naming_the_field(values, field):
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render_chart(values)
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"kvserve": {"autoscaling": {"min_replicas": 5, "max_replicas": 2}}}, "min_replicas must be <="),
+        ({"apiKeySecret": {"name": None}}, "no API keys configured"),
+        ({"worker": {"minReplicas": 3, "maxReplicas": 1}}, "worker.minReplicas must be <="),
+    ],
+)
+def test_chart_rejects_cross_field_errors_the_schema_cannot_express(values, message):
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        render_chart(values)
+
+
+@pytest.mark.parametrize(("values", "field"), BAD_VALUES[:4], ids=[f for _, f in BAD_VALUES[:4]])
+def test_python_validation_agrees_and_names_the_field(values, field):
+    with pytest.raises(ConfigError) as err:
+        validate_values(load_values_from(values))
+    dotted = field.strip("/").replace("/", ".")
+    assert dotted.split(".")[-1] in str(err.value)
+
+
+def load_values_from(over: dict) -> dict:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump(over, f)
+        f.flush()
+        return load_values(f.name)

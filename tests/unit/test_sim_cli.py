@@ -1,0 +1,71 @@
+"""`kvserve sim` end to end on tiny inputs: JSON shape, plots, trace capacity default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvserve.cli import app
+from kvserve.sim.runner import AUTOSCALING_KEYS, PACKAGED_PROFILE, ROUTING_KEYS, default_kv_blocks
+from kvserve.sim.workloads import load_trace
+from kvserve.perf_model import EngineProfile
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+
+
+def _tiny_trace(path: Path) -> Path:
+    rows = [
+        {"timestamp": 0, "input_length": 1500, "output_length": 5, "hash_ids": [0, 1, 2]},
+        {"timestamp": 100, "input_length": 1100, "output_length": 3, "hash_ids": [0, 1, 3]},
+        {"timestamp": 250, "input_length": 600, "output_length": 4, "hash_ids": [7, 8]},
+        {"timestamp": 400, "input_length": 2000, "output_length": 2, "hash_ids": [0, 1, 2, 4]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_routing_json_has_the_agreed_keys(tmp_path: Path) -> None:
+    trace = _tiny_trace(tmp_path / "t.jsonl")
+    out = tmp_path / "out.json"
+    r = CliRunner().invoke(app, ["sim", "--trace", str(trace), "--replicas", "2", "--policies", "round_robin,kvserve", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert set(data["policies"]) == {"round_robin", "kvserve"}
+    for row in data["policies"].values():
+        assert set(row) == set(ROUTING_KEYS)
+    assert data["sim_wall_s"] > 0 and data["workload"]["requests"] == 4
+    # 7 distinct chained blocks / (0.7 x 2 replicas) -> 5 blocks each (the largest request needs 4)
+    assert data["workload"]["kv_blocks_per_replica"] == 5
+    assert (tmp_path / "out.png").stat().st_size > 0
+
+
+def test_unknown_policy_is_refused(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["sim", "--trace", str(_tiny_trace(tmp_path / "t.jsonl")), "--policies", "nope"])
+    assert r.exit_code != 0
+
+
+def test_autoscaler_json_has_the_agreed_keys(tmp_path: Path) -> None:
+    out = tmp_path / "as.json"
+    args = ["sim", "--workload", "step", "--autoscalers", "fixed_max,serve_default", "--policy", "pow2",
+            "--rate", "2", "--phase-s", "20", "--max-replicas", "2", "--system-tokens", "64", "--question-tokens", "16",
+            "--output-tokens", "8", "--engine-start-s", "1", "--json", str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    for row in data["autoscalers"].values():
+        assert set(row) == set(AUTOSCALING_KEYS)
+        assert row["failed_requests"] == 0 and row["replica_seconds"] > 0
+    assert data["autoscalers"]["fixed_max"]["replica_seconds"] >= data["autoscalers"]["fixed_max"]["oracle_replica_seconds"]
+
+
+def test_shared_trace_default_capacity_is_seventy_percent_fill() -> None:
+    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
+    if not path.exists():
+        pytest.skip("../shared not present")
+    wl = load_trace(path)
+    assert len(wl.requests) == 3993 and wl.distinct_blocks() == 43924
+    kv = default_kv_blocks(wl, 16, EngineProfile.load(PACKAGED_PROFILE))
+    assert 0.69 <= wl.distinct_blocks() / (16 * kv) <= 0.70
