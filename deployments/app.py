@@ -69,7 +69,10 @@ def build_app(args: dict) -> serve.Application:
     raw = args.get("config", args)
     cfg = raw if isinstance(raw, KVServeConfig) else KVServeConfig.model_validate(raw)
     config = cfg.model_dump(mode="json")
-    replica = serve.deployment(LLMReplica).options(**replica_options(cfg)).bind(config)
+    # Replicas get the config without the replica count, so resizing a deployment is a
+    # lightweight scale (no restart of the engines that keep serving).
+    replica_config = {**config, "num_replicas": 1}
+    replica = serve.deployment(LLMReplica).options(**replica_options(cfg)).bind(replica_config)
     ingress = serve.deployment(Ingress).options(
         name="Ingress",
         num_replicas=1,

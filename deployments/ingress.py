@@ -37,7 +37,7 @@ app = FastAPI(title="kvserve", docs_url=None, redoc_url=None)
 class Ingress:
     """Serve ingress deployment class (made a deployment in deployments.app)."""
 
-    def __init__(self, llm_handle: Any, config: dict) -> None:
+    async def __init__(self, llm_handle: Any, config: dict) -> None:  # type: ignore[misc]
         from deployments.metrics import IngressMetrics
 
         self.cfg = KVServeConfig.model_validate(config)
@@ -46,6 +46,7 @@ class Ingress:
         self.metrics = IngressMetrics()
         self._renderer = None
         self._board = None
+        await self.renderer()  # load tokenizer + chat template now, not on the first request
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -112,6 +113,7 @@ class Ingress:
         from pydantic import ValidationError
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        from vllm.exceptions import VLLMClientError
 
         renderer = await self.renderer()
         model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
@@ -123,7 +125,7 @@ class Ingress:
         except ValidationError as e:
             first = e.errors()[0]
             raise APIError(400, f"invalid request: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-        except (ValueError, TypeError) as e:  # vLLM's validation errors are ValueErrors
+        except (ValueError, TypeError, VLLMClientError) as e:  # bad sampling params, prompt too long, ...
             raise APIError(400, str(e), getattr(e, "parameter", None)) from None
         if type(result).__name__ == "ErrorResponse":
             body = json.loads(result.model_dump_json())["error"]
@@ -263,7 +265,31 @@ class Ingress:
 
     @app.get("/kvserve/stats")
     async def stats_route(self):
-        return {"replicas": await self.replica_stats()}
+        stats = await self.replica_stats()
+        return {"replicas": [{k: v for k, v in s.items() if k != "blocks"} for s in stats]}
+
+    @app.post("/kvserve/debug/prefix")
+    async def debug_prefix(self, request: Request):
+        """Which replica holds how much of this request's prefix (from the engines' KV events)."""
+        try:
+            tenant = self._tenant(request)
+            data = await self._read_json(request)
+            kind = "chat" if "messages" in data else "completion"
+            self._check_limits(data)
+            work = await self._render(kind, data, tenant)
+        except APIError as e:
+            return e.response()
+        matches = {}
+        for s in await self.replica_stats():
+            held = set(s.get("blocks") or ())
+            n = 0
+            for h in work.block_hashes:
+                if h not in held:
+                    break
+                n += 1
+            matches[s["replica_id"]] = n
+        return {"num_prompt_tokens": work.num_prompt_tokens, "num_blocks": len(work.block_hashes),
+                "block_size": self.cfg.engine.block_size, "matched_blocks": matches}
 
     @app.get("/kvserve/config")
     async def config_route(self):

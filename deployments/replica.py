@@ -161,7 +161,9 @@ class LLMReplica:
 
             if self._board is None:
                 self._board = board(self.cfg.app_name)
-            self._board.put.remote(self.replica_id, await self.stats())
+            stats = await self.stats()
+            stats["blocks"] = self.kv.snapshot()[1] if self.kv else []  # for /kvserve/debug/prefix
+            self._board.put.remote(self.replica_id, stats)
         except Exception:  # stats are best-effort; serving must not depend on them
             log.exception("posting stats failed")
             self._board = None

@@ -161,7 +161,7 @@ def sim(
         rows = {n: {**out["autoscalers"][n], **out["details"][n]} for n in out["autoscalers"]}
         console.print(_table(f"autoscalers on {wl.name} (routing: {policy})", rows, cols))
     else:
-        cols = ["ttft_p50_ms", "ttft_p90_ms", "itl_p90_ms", "e2e_p90_ms", "prefix_hit_rate", "oracle_hit_rate", "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds"]
+        cols = ["ttft_p50_ms", "ttft_p90_ms", "ttft_p90_lower_bound_ms", "itl_p90_ms", "e2e_p90_ms", "prefix_hit_rate", "oracle_hit_rate", "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds"]
         rows = {n: {**out["policies"][n], **out["details"][n]} for n in out["policies"]}
         console.print(_table(f"routing on {wl.name}, {replicas} replicas, {kv} KV blocks each", rows, cols))
     console.print(f"sim wall time {out['sim_wall_s']:.1f} s")

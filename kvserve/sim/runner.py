@@ -17,9 +17,12 @@ from kvserve.config import KVServeConfig
 from kvserve.perf_model import EngineProfile
 from kvserve.sim.cluster import Cluster, RunResult, ScalingSetup
 from kvserve.sim.engine import EngineSettings
-from kvserve.sim.metrics import latency_summary, prefix_hit_rate, share_max_over_mean, slo_attainment
-from kvserve.sim.oracle import infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok
+from kvserve.sim.metrics import latency_summary, percentile, prefix_hit_rate, share_max_over_mean, slo_attainment
+from kvserve.sim.oracle import (
+    infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok, ttft_lower_bounds_ms,
+)
 from kvserve.sim.workloads import SimWorkload
+from router.cost import config_from_profile
 from router.registry import make_policy
 
 ROUTING_KEYS = (
@@ -48,11 +51,17 @@ def default_kv_blocks(workload: SimWorkload, replicas: int, profile: EngineProfi
 
 
 def router_config_for(cfg: KVServeConfig, profile: EngineProfile, explicit: set[str]) -> KVServeConfig:
-    """The router's cost model comes from the same profile the engines are simulated with, unless set explicitly."""
-    if "prefill_ms_per_token" in explicit:
+    """The router's cost slopes come from the profile the engines are simulated with, unless set explicitly.
+
+    Both slopes (prefill ms/token, decode ms per running sequence) come from
+    `router.cost.config_from_profile`, so the router's cost model and the
+    simulated engines agree on what a token and a running sequence cost.
+    """
+    fitted = config_from_profile(profile, cfg.router)
+    update = {k: getattr(fitted, k) for k in ("prefill_ms_per_token", "decode_ms_per_seq") if k not in explicit}
+    if not update:
         return cfg
-    router = cfg.router.model_copy(update={"prefill_ms_per_token": profile.prefill_ms_per_token()})
-    return cfg.model_copy(update={"router": router})
+    return cfg.model_copy(update={"router": cfg.router.model_copy(update=update)})
 
 
 @dataclass
@@ -77,10 +86,19 @@ def run_routing(setup: SimSetup, policy_name: str, progress: Progress | None = N
     return cluster.run()
 
 
+def ttft_p90_lower_bound_ms(res: RunResult, setup: SimSetup) -> float | None:
+    """p90 over the run's served requests of the TTFT no router can beat (`oracle.ttft_lower_bounds_ms`)."""
+    e = setup.engine
+    lb = ttft_lower_bounds_ms(res.requests, setup.profile, e.block_size, e.max_batched_tokens)
+    # Every request's blocks count as seen (failed ones may have cached some); only served ones are ranked.
+    return percentile([b for b, r in zip(lb, res.requests) if r.first_token is not None and not r.failed], 90)
+
+
 def routing_summary(res: RunResult, setup: SimSetup, bounds: dict[str, float]) -> dict[str, Any]:
     counts = [res.routed.get(rid, 0) for rid in res.routed]
     return {
         **latency_summary(res.requests, res.itl),
+        "ttft_p90_lower_bound_ms": ttft_p90_lower_bound_ms(res, setup),
         "prefix_hit_rate": prefix_hit_rate(res.requests),
         **bounds,
         "share_max_over_mean": share_max_over_mean(counts),

@@ -16,9 +16,11 @@ re-prefilling the prefix elsewhere.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
@@ -26,11 +28,45 @@ from router.cost import CostParams, cost_terms_ms
 from router.index import PrefixIndex
 
 
-@dataclass(frozen=True)
+@dataclass
 class _InFlight:
     uncached: int  # prompt tokens the replica had to prefill when we routed it
     context: int  # prompt + expected output tokens: the KV/batch share it holds until done
     prefill_done_at: float  # predicted: routing time + predicted TTFT
+    pending: bool = True  # still counted as waiting for prefill in its replica's _Pending totals
+
+
+@dataclass
+class _Pending:
+    """One replica's requests from us predicted to be still prefilling, kept as running totals.
+
+    Entries leave when their predicted prefill end passes (a heap ordered by that
+    time) or when they finish, so a decision reads two integers instead of walking
+    every in-flight request (that walk dominated overloaded simulations).
+    Assumes `now` does not go backwards; if it does, a request already counted as
+    running stays running (the next stats report corrects the replica's load).
+    """
+
+    tokens: int = 0
+    count: int = 0
+    heap: list[tuple[float, int, _InFlight]] = field(default_factory=list)
+
+    def add(self, entry: _InFlight, seq: int) -> None:
+        self.tokens += entry.uncached
+        self.count += 1
+        heapq.heappush(self.heap, (entry.prefill_done_at, seq, entry))
+
+    def drop(self, entry: _InFlight) -> None:
+        """`entry` left before its predicted prefill end (finished, retried); its heap item is skipped later."""
+        if entry.pending:
+            entry.pending = False
+            self.tokens -= entry.uncached
+            self.count -= 1
+
+    def advance(self, now: float) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            self.drop(heapq.heappop(heap)[2])
 
 
 class KVServePolicy(RoutingPolicy):
@@ -51,6 +87,8 @@ class KVServePolicy(RoutingPolicy):
         self.index = PrefixIndex(cfg.speculative_ttl_s, cfg.stale_after_s)
         self._rng = random.Random(seed)
         self._inflight: dict[str, dict[str, _InFlight]] = {}  # replica -> request id -> what we sent
+        self._pending: dict[str, _Pending] = {}  # replica -> our requests predicted still prefilling
+        self._seq = itertools.count()  # heap tie-breaker
         self._active: dict[str, int] = {}  # replica -> context tokens of our in-flight requests there
         # The last decision (request id, index matches, per-replica evaluation), reused by on_routed.
         self._last: tuple[str, dict[str, int], dict[str, tuple[float, float]]] | None = None
@@ -103,8 +141,16 @@ class KVServePolicy(RoutingPolicy):
         prefill_done_at = now + evaluated[replica_id][1] / 1000.0
         context = request.num_prompt_tokens + request.expected_output_tokens
         mine = self._inflight.setdefault(replica_id, {})
+        pending = self._pending.setdefault(replica_id, _Pending())
         old = mine.pop(request.request_id, None)  # a retry re-routed to the same replica
-        mine[request.request_id] = _InFlight(uncached, context, prefill_done_at)
+        if old is not None:
+            pending.drop(old)
+        entry = _InFlight(uncached, context, prefill_done_at)
+        mine[request.request_id] = entry
+        if prefill_done_at > now:
+            pending.add(entry, next(self._seq))
+        else:
+            entry.pending = False
         self._active[replica_id] = self._active.get(replica_id, 0) + context - (old.context if old else 0)
         self.index.on_routed(replica_id, request.block_hashes, now)
 
@@ -112,6 +158,7 @@ class KVServePolicy(RoutingPolicy):
         entry = self._inflight.get(replica_id, {}).pop(request.request_id, None)
         if entry is not None:
             self._active[replica_id] -= entry.context
+            self._pending[replica_id].drop(entry)
 
     def on_cache_snapshot(self, replica_id: str, block_hashes: Iterable[int], now: float) -> None:
         self.index.on_cache_snapshot(replica_id, block_hashes, now)
@@ -122,6 +169,7 @@ class KVServePolicy(RoutingPolicy):
     def on_replica_gone(self, replica_id: str) -> None:
         self.index.on_replica_gone(replica_id)
         self._inflight.pop(replica_id, None)
+        self._pending.pop(replica_id, None)
         self._active.pop(replica_id, None)
 
     # ---- helpers -----------------------------------------------------------
@@ -141,13 +189,10 @@ class KVServePolicy(RoutingPolicy):
         running after. Taking the max (not the sum) with the reported numbers
         avoids counting twice the requests that the stats do show.
         """
-        mine = self._inflight.get(load.replica_id)
+        rid = load.replica_id
+        mine = self._inflight.get(rid)
         if not mine:
             return load.queued_prefill_tokens, load.running
-        pending_tokens = 0
-        pending = 0
-        for r in mine.values():
-            if r.prefill_done_at > now:
-                pending_tokens += r.uncached
-                pending += 1
-        return max(load.queued_prefill_tokens, pending_tokens), max(load.running, len(mine) - pending)
+        pending = self._pending[rid]
+        pending.advance(now)
+        return max(load.queued_prefill_tokens, pending.tokens), max(load.running, len(mine) - pending.count)

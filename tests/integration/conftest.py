@@ -1,0 +1,67 @@
+"""One real local Ray cluster with 2 real vLLM CPU replicas for the whole test session."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from kvserve.config import KVServeConfig, load_config
+
+KEYS = {"tenant-a": "sk-test-tenant-a", "tenant-b": "sk-test-tenant-b"}
+MODEL = "smollm2-135m-instruct"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveCluster:
+    cfg: KVServeConfig
+    url: str  # http://127.0.0.1:PORT
+
+    def client(self, tenant: str = "tenant-a", **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEYS[tenant]}"}, timeout=120, **kw)
+
+    def openai(self, tenant: str = "tenant-a"):
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.url + "/v1", api_key=KEYS[tenant], max_retries=0, timeout=120)
+
+    def stats(self) -> list[dict]:
+        return httpx.get(self.url + "/kvserve/stats", timeout=30).json()["replicas"]
+
+
+def test_config(port: int) -> KVServeConfig:
+    from deployments.auth import hash_key
+
+    return load_config(overrides={
+        "num_replicas": 2,
+        "engine": {"max_num_seqs": 16},
+        "server": {"port": port, "max_body_bytes": 262_144},
+        "router": {"policy": "kvserve"},
+        "tenants": {"open_mode": False,
+                    "keys": [{"tenant": t, "key_sha256": hash_key(k)} for t, k in KEYS.items()]},
+    }, environ={})
+
+
+@pytest.fixture(scope="session")
+def cluster() -> LiveCluster:
+    from cluster.local import base_url, deploy, shutdown, start_cluster
+    from kvserve.model import prepare_model
+
+    prepare_model()  # offline, idempotent
+    os.environ.setdefault("KVSERVE_LOG_TO_DRIVER", "0")
+    cfg = test_config(_free_port())
+    started = start_cluster(cfg, join_existing=False)
+    try:
+        deploy(cfg, address=None, timeout_s=900)
+        yield LiveCluster(cfg, base_url(cfg))
+    finally:
+        shutdown(started)
