@@ -91,11 +91,12 @@ class SLOAutoscalingPolicy:
         slo: Mapping[str, Any] | None = None,
         policy: str = "kvserve",
         profile: Mapping[str, Any] | None = None,
+        max_batch: int | None = None,
     ) -> None:
         self.cfg = AutoscalingConfig.model_validate(dict(autoscaling or {}))
         self.slo = SLOConfig.model_validate(dict(slo or {}))
         engine_profile = EngineProfile.from_dict(dict(profile), source="policy_kwargs") if profile else None
-        self.policy = make_autoscaler(policy, self.cfg, self.slo, engine_profile)
+        self.policy = make_autoscaler(policy, self.cfg, self.slo, engine_profile, max_batch)
         self.last_reason = ""
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
@@ -145,6 +146,7 @@ def autoscaling_config_for(
             "slo": cfg.slo.model_dump(mode="json"),
             "policy": a.policy,
             "profile": _profile_dict(profile),
+            "max_batch": cfg.engine.max_num_seqs,  # the capacity model plans no larger decode batch
         },
     }
     return out

@@ -34,12 +34,23 @@ STAT_KEYS: tuple[str, ...] = (
     "kvserve_running",
     "kvserve_kv_usage",
     "kvserve_requests_per_s",
+    "kvserve_recent_requests_per_s",  # arrivals over the last `recent_s` only: sees a load step at once
     "kvserve_prompt_tokens_per_s",
     "kvserve_output_tokens_per_s",
     "kvserve_mean_prompt_tokens",
     "kvserve_mean_output_tokens",
     "kvserve_cache_hit_rate",
 )
+
+
+@dataclass(frozen=True)
+class WindowMetrics(ReplicaMetrics):
+    """`ReplicaMetrics` plus the short-horizon arrival rate (None: the reporter did not send it).
+
+    The look-back rate lags a load step by half the window; the recent rate (last few
+    seconds) is what lets the policy act on demand before latency degrades."""
+
+    recent_requests_per_s: float | None = None
 
 
 def percentile_nearest_rank(values: Iterable[float], q: float) -> float | None:
@@ -55,6 +66,7 @@ class _TimedRing:
     """(timestamp, value) pairs, newest last; bounded by count, trimmed by age on read."""
 
     def __init__(self, max_samples: int) -> None:
+        self.maxlen = max_samples
         self._items: deque[tuple[float, float]] = deque(maxlen=max_samples)
 
     def add(self, now: float, value: float) -> None:
@@ -85,10 +97,12 @@ class SignalWindow:
         max_samples: int = 4096,
         num_buckets: int = 30,
         clock: Callable[[], float] = time.monotonic,
+        recent_s: float = 5.0,
     ) -> None:
-        if look_back_s <= 0 or max_samples < 1 or num_buckets < 1:
-            raise ValueError("look_back_s > 0, max_samples >= 1 and num_buckets >= 1 are required")
+        if look_back_s <= 0 or max_samples < 1 or num_buckets < 1 or recent_s <= 0:
+            raise ValueError("look_back_s > 0, recent_s > 0, max_samples >= 1 and num_buckets >= 1 are required")
         self.look_back_s = look_back_s
+        self.recent_s = min(recent_s, look_back_s)
         self._clock = clock
         self._bucket_s = look_back_s / num_buckets
         self._ttft = _TimedRing(max_samples)
@@ -122,8 +136,11 @@ class SignalWindow:
     def on_first_token(self, ttft_ms: float, now: float | None = None) -> None:
         self._ttft.add(self._now(now), float(ttft_ms))
 
-    def on_token_gap(self, itl_ms: float, now: float | None = None) -> None:
-        self._itl.add(self._now(now), float(itl_ms))
+    def on_token_gap(self, itl_ms: float, now: float | None = None, count: int = 1) -> None:
+        """`count` tokens that each waited `itl_ms` (one engine step serving several sequences)."""
+        t, v = self._now(now), float(itl_ms)
+        for _ in range(min(max(count, 0), self._itl.maxlen)):
+            self._itl.add(t, v)
 
     def on_completion(self, output_tokens: int, now: float | None = None) -> None:
         b = self._bucket(self._now(now))
@@ -165,7 +182,15 @@ class SignalWindow:
         # A young replica divides by its age, not the full window, so its rates are not diluted.
         return max(min(self.look_back_s, now - self._started), self._bucket_s, 1e-9)
 
-    def metrics(self, replica_id: str, now: float | None = None) -> ReplicaMetrics:
+    def _recent_rate(self, now: float, buckets: list[_Bucket]) -> float:
+        # The last n buckets, the newest one partial: the span runs from the oldest one's start.
+        n = max(1, round(self.recent_s / self._bucket_s))
+        first = (math.floor(now / self._bucket_s) - n + 1) * self._bucket_s
+        arrivals = sum(b.arrivals for b in buckets if b.start >= first - 1e-9)
+        span = max(min(now - first, now - self._started), self._bucket_s, 1e-9)
+        return arrivals / span
+
+    def metrics(self, replica_id: str, now: float | None = None) -> WindowMetrics:
         t = self._now(now)
         buckets = self._live_buckets(t)
         span = self._span_s(t)
@@ -175,7 +200,7 @@ class SignalWindow:
         done = sum(b.completions for b in buckets)
         output = sum(b.output_tokens for b in buckets)
         hit_rate = self._engine_hit_rate if self._engine_hit_rate is not None else (cached / prompt if prompt else 0.0)
-        return ReplicaMetrics(
+        return WindowMetrics(
             replica_id=replica_id,
             ttft_p90_ms=self.ttft_p90_ms(t),
             itl_p90_ms=self.itl_p90_ms(t),
@@ -188,6 +213,7 @@ class SignalWindow:
             mean_prompt_tokens=prompt / arrivals if arrivals else 0.0,
             mean_output_tokens=output / done if done else 0.0,
             cache_hit_rate=hit_rate,
+            recent_requests_per_s=self._recent_rate(t, buckets),
         )
 
     def to_stats_dict(self, now: float | None = None) -> dict[str, float]:
@@ -203,6 +229,7 @@ class SignalWindow:
             "kvserve_running": float(m.running),
             "kvserve_kv_usage": float(m.kv_usage),
             "kvserve_requests_per_s": float(m.requests_per_s),
+            "kvserve_recent_requests_per_s": float(m.recent_requests_per_s or 0.0),
             "kvserve_prompt_tokens_per_s": float(m.prompt_tokens_per_s),
             "kvserve_output_tokens_per_s": float(m.output_tokens_per_s),
             "kvserve_mean_prompt_tokens": float(m.mean_prompt_tokens),
@@ -211,7 +238,7 @@ class SignalWindow:
         }
 
 
-def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> ReplicaMetrics:
+def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> WindowMetrics:
     """Inverse of `SignalWindow.to_stats_dict` (missing keys read as no data / zero)."""
 
     def latency(key: str) -> float | None:
@@ -222,7 +249,7 @@ def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> ReplicaMe
         v = stats.get(key)
         return 0.0 if v is None or v < 0 else float(v)
 
-    return ReplicaMetrics(
+    return WindowMetrics(
         replica_id=replica_id,
         ttft_p90_ms=latency("kvserve_ttft_p90_ms"),
         itl_p90_ms=latency("kvserve_itl_p90_ms"),
@@ -235,4 +262,6 @@ def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> ReplicaMe
         mean_prompt_tokens=num("kvserve_mean_prompt_tokens"),
         mean_output_tokens=num("kvserve_mean_output_tokens"),
         cache_hit_rate=num("kvserve_cache_hit_rate"),
+        # An older replica build does not send it: None, and the policy uses the look-back rate.
+        recent_requests_per_s=latency("kvserve_recent_requests_per_s"),
     )

@@ -180,7 +180,31 @@ def hash_key(key: str = typer.Argument(None, help="API key; read from stdin if o
     print(_hash(key if key is not None else sys.stdin.readline().strip()))
 
 
+def profile_cmd(
+    config: Optional[Path] = ConfigOpt,
+    out: Path = typer.Option(Path("kvserve/profiles/cpu-smollm2-135m.json"), "--out", "-o", help="Profile JSON to write."),
+    prompt_sizes: str = typer.Option("128,256,512,1024,1536", help="Prompt lengths (tokens) for prefill."),
+    fractions: str = typer.Option("0,0.5,0.9", help="Cached fractions of the prompt."),
+    batches: str = typer.Option("1,2,4,8,16,32", help="Running batch sizes for decode."),
+    contexts: str = typer.Option("512,1536", help="Context lengths for decode."),
+    reps: int = typer.Option(3, help="Repetitions per prefill point (median)."),
+) -> None:
+    """Measure one live engine (prefill, decode, KV capacity) and write a profile JSON."""
+    from kvserve.profile import run_profile
+
+    cfg = _load(config)
+    _ensure_model(cfg)
+    nums = lambda s, f=int: [f(x) for x in s.split(",") if x.strip()]  # noqa: E731
+    with console.status("profiling…") as status:
+        prof = run_profile(cfg, nums(prompt_sizes), nums(fractions, float), nums(batches), nums(contexts), reps,
+                           say=lambda m: (status.update(m), console.print(m)))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(prof, indent=1) + "\n")
+    console.print(f"[green]wrote[/] {out}")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("profile")(profile_cmd)
     app.command("serve")(serve_cmd)
     app.command("deploy")(deploy_cmd)
     app.command("status")(status_cmd)

@@ -84,10 +84,11 @@ class EngineConfig(_Section):
 class RouterConfig(_Section):
     policy: Literal["round_robin", "pow2", "ray_prefix", "kvserve"] = "kvserve"
     prefill_ms_per_token: float = Field(
-        2.5, gt=0, description="Cost model: prefill time per uncached prompt token (from `kvserve profile`)."
+        1.87, gt=0, description="Cost model: prefill ms per uncached prompt token (default: this repo's CPU "
+        "profile, kvserve/profiles/cpu-smollm2-135m.json; `kvserve profile` measures yours)."
     )
     decode_ms_per_seq: float = Field(
-        5.0, ge=0, description="Cost model: extra time a running sequence adds to each engine step."
+        2.15, ge=0, description="Cost model: extra ms a running sequence adds to each engine step (same profile)."
     )
     tie_tolerance: float = Field(
         0.1, ge=0, le=1, description="Replicas within this fraction of the best cost are near-ties, chosen at random."

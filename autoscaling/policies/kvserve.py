@@ -1,25 +1,40 @@
 """kvserve's SLO autoscaler: the fewest replicas that keep p90 TTFT and ITL within target.
 
-Two demands, the larger wins:
-  (a) SLO error: r = max(p90 TTFT / target, p90 ITL / target) over the fleet
-      (per-replica p90s weighted by request rate).
+With an engine profile (the normal case) the capacity model leads and latency is the
+safety net:
+  (b) Capacity model (`autoscaling.capacity`): the *predicted* request rate and mean
+      uncached prompt / output lengths -> replicas needed. Arrival rate is visible at
+      once (latency lags it), so the prediction is
+        max(look-back rate, recent rate) + rising trend x (replica start-up + upscale delay)
+      where the recent rate covers the last few seconds (a load step shows up within
+      them) and the trend is the look-back rate's slope, counted only when it has risen
+      over three consecutive 15 s segments (a ramp, not a step: a step's look-back rate
+      looks like a 30 s ramp, and extrapolating it would over-provision). The start-up
+      time is measured from the replicas the policy asked for. Scale-down goes straight
+      to the modelled demand once the wish has lasted `downscale_delay_s`.
+  (a) SLO error r = max(p90 TTFT / target, p90 ITL / target) over the fleet (per-replica
+      p90s weighted by request rate). r > 1 vetoes every scale-down; it adds replicas
+      (ceil(current * min(r, 2)), at least one more) only once the fleet has settled --
+      nothing starting and `look_back_s` since the serving count last rose -- because a
+      backlog queued on old replicas during a start-up does not move to new ones, and its
+      latencies stay in the window for `look_back_s`.
+Without a profile, the SLO error alone drives it, as before:
         r > 1                       -> ceil(current * r)    (scale up in proportion)
         hysteresis <= r <= 1        -> current              (hold; veto scale-down)
-        r < hysteresis              -> no SLO constraint, provided that after removing
-                                       one replica the load-scaled r * n/(n-1) would still
-                                       be below hysteresis; otherwise hold.
-  (b) Capacity model (`autoscaling.capacity`, from the engine profile): the fleet's
-      measured request rate and mean uncached prompt / output lengths -> replicas needed.
+        r < hysteresis              -> one replica fewer, provided that the load-scaled
+                                       r * n/(n-1) would still be below hysteresis.
 Then: an overload memory (the per-replica rate that once broke the SLO, planned at
 `hysteresis` of it) vetoes scale-downs that would recreate that overload -- this is
-what stops 1 -> 2 -> 1 -> 2 flapping on a steady load when latency is steep in load;
-min/max bounds; at most `max_step` replicas per decision; upscale/downscale delays
-(a wish must persist that long, as in Ray Serve). No metrics at all -> hold (except
-from zero replicas with requests waiting: cold start to one).
+what stops 1 -> 2 -> 1 -> 2 flapping on a steady load when latency is steep in load
+(or when the profile is optimistic); min/max bounds; at most `max_step` replicas per
+decision; upscale/downscale delays (a wish must persist that long, as in Ray Serve).
+No metrics at all -> hold (except from zero replicas with requests waiting: cold
+start to one).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,11 +47,17 @@ from kvserve.config import AutoscalingConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
 
 MIN_RATE_RPS = 1e-6  # below this a fleet is idle: too little traffic to learn an overload rate from
+DEFAULT_STARTUP_S = 30.0  # replica start-up assumed until one has been measured
+TREND_SEGMENT_S = 15.0  # the trend must hold over 3 consecutive segments of this length
+HISTORY_S = 3 * TREND_SEGMENT_S + 5.0
+FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
+MAX_SLO_FACTOR = 2.0  # an SLO-driven upscale at most doubles the fleet per settle period
 
 
 @dataclass(frozen=True)
 class FleetSignals:
-    rate_rps: float  # arrivals/s summed over replicas
+    rate_rps: float  # arrivals/s summed over replicas (look-back window)
+    recent_rate_rps: float  # arrivals/s over the replicas' last few seconds (look-back rate if not reported)
     uncached_prompt_tokens: float  # rate-weighted mean prompt tokens not served from cache
     output_tokens: float  # rate-weighted mean output tokens
     ttft_p90_ms: float | None  # rate-weighted mean of replicas' p90s (None: no samples)
@@ -57,12 +78,17 @@ def _weighted(pairs: Sequence[tuple[float, float]]) -> float | None:
 
 def fleet_signals(metrics: Sequence[ReplicaMetrics]) -> FleetSignals:
     rate = sum(max(m.requests_per_s, 0.0) for m in metrics)
+    recent = sum(
+        max(r if (r := getattr(m, "recent_requests_per_s", None)) is not None else m.requests_per_s, 0.0)
+        for m in metrics
+    )
     uncached = [(m.mean_prompt_tokens * (1.0 - min(max(m.cache_hit_rate, 0.0), 1.0)), m.requests_per_s) for m in metrics]
     output = [(m.mean_output_tokens, m.requests_per_s) for m in metrics]
     ttft = [(m.ttft_p90_ms, m.requests_per_s) for m in metrics if m.ttft_p90_ms is not None]
     itl = [(m.itl_p90_ms, m.requests_per_s) for m in metrics if m.itl_p90_ms is not None]
     return FleetSignals(
         rate_rps=rate,
+        recent_rate_rps=recent,
         uncached_prompt_tokens=_weighted(uncached) or 0.0,
         output_tokens=_weighted(output) or 0.0,
         ttft_p90_ms=_weighted(ttft),  # type: ignore[arg-type]
@@ -85,6 +111,11 @@ class KVServePolicy(ScalingPolicy):
         self.cfg, self.slo, self.profile, self.max_batch = cfg, slo, profile, max_batch
         self.gate = DelayGate(cfg.upscale_delay_s, cfg.downscale_delay_s)
         self.overload_rps_per_replica: float | None = None
+        self.rate_history: list[tuple[float, float]] = []  # (t, look-back rate), one per second at most
+        self.startup_s = DEFAULT_STARTUP_S
+        self.pending_since: float | None = None  # when the fleet last had replicas starting
+        self.last_running: int | None = None  # None: nothing observed yet (a fresh policy)
+        self.running_rose_at: float | None = None
         self._capacity_memo: dict[tuple[float, float, float], int] = {}
 
     # -- the two demands ---------------------------------------------------------
@@ -97,9 +128,41 @@ class KVServePolicy(ScalingPolicy):
             ratios.append(sig.itl_p90_ms / self.slo.itl_p90_ms)
         return max(ratios) if ratios else None
 
-    def slo_demand(self, sig: FleetSignals, inp: ScalingInput) -> tuple[int, str]:
+    def replica_slo_ratio(self, m: ReplicaMetrics) -> float | None:
+        ratios = []
+        if m.ttft_p90_ms is not None:
+            ratios.append(m.ttft_p90_ms / self.slo.ttft_p90_ms)
+        if m.itl_p90_ms is not None:
+            ratios.append(m.itl_p90_ms / self.slo.itl_p90_ms)
+        return max(ratios) if ratios else None
+
+    def fleet_slo_ratio(self, metrics: Sequence[ReplicaMetrics], sig: FleetSignals) -> float | None:
+        """With a profile: the `FLEET_RATIO_QUANTILE` of per-replica ratios, weighted by each
+        replica's recent rate. A backlog queued on one replica while others started (it gets
+        few new requests, and more replicas cannot drain it) then does not read as a fleet-wide
+        violation; an overload of most of the fleet does. Without a profile: the mean of p90s."""
+        if self.profile is None:
+            return self.slo_ratio(sig)
+        pairs = []
+        for m in metrics:
+            r = self.replica_slo_ratio(m)
+            if r is not None:
+                w = getattr(m, "recent_requests_per_s", None)
+                pairs.append((r, max(m.requests_per_s if w is None else w, 0.0)))
+        if not pairs:
+            return None
+        total = sum(w for _, w in pairs)
+        if total <= 0:
+            pairs, total = [(r, 1.0) for r, _ in pairs], float(len(pairs))
+        acc = 0.0
+        for r, w in sorted(pairs):
+            acc += w
+            if acc >= FLEET_RATIO_QUANTILE * total - 1e-12:
+                return r
+        return max(r for r, _ in pairs)
+
+    def slo_demand(self, sig: FleetSignals, inp: ScalingInput, r: float | None) -> tuple[int, str]:
         current = inp.current_replicas
-        r = self.slo_ratio(sig)
         if r is None:
             if sig.rate_rps == 0 and sig.waiting == 0 and sig.running == 0:
                 return 0, "idle"
@@ -108,18 +171,70 @@ class KVServePolicy(ScalingPolicy):
             if inp.running_replicas < current:
                 # Replicas still starting: the latency they will remove is not measured yet.
                 return current, f"slo r={r:.2f} but scale-up in progress"
+            if self.profile is not None:
+                if not self.settled(inp.now):
+                    return current, f"slo r={r:.2f}: fleet not settled since its last scale-up"
+                return max(current + 1, math.ceil(max(current, 1) * min(r, MAX_SLO_FACTOR) - 1e-9)), f"slo r={r:.2f} > 1"
             return max(current + 1, math.ceil(max(current, 1) * r - 1e-9)), f"slo r={r:.2f} > 1"
+        if self.profile is not None:
+            # The capacity model sizes the fleet; latency within target sets no floor.
+            return 0, f"slo r={r:.2f} <= 1"
         if r >= self.cfg.hysteresis:
             return current, f"slo r={r:.2f} within hysteresis band"
         if current > 1 and r * current / (current - 1) < self.cfg.hysteresis:
             # With a capacity model it sizes the fleet; without one, shed one replica at a
             # time (latency is not linear in load, so larger steps would be guesses).
-            return (0 if self.profile is not None else current - 1), f"slo r={r:.2f} comfortable"
+            return current - 1, f"slo r={r:.2f} comfortable"
         return current, f"slo r={r:.2f}: one replica fewer would not stay comfortable"
 
-    def capacity_demand(self, sig: FleetSignals) -> int:
-        if self.profile is None or sig.rate_rps <= 0:
+    def settled(self, now: float) -> bool:
+        return self.running_rose_at is None or now - self.running_rose_at >= self.cfg.look_back_s
+
+    def rate_trend(self, now: float) -> float:
+        """Rising slope (req/s per s) of the look-back rate, or 0 unless it rose over each of
+        the last three `TREND_SEGMENT_S` segments (the smallest of the three slopes)."""
+
+        def at(t: float) -> float | None:
+            older = [w for (ts, w) in self.rate_history if ts <= t + 0.5]
+            return older[-1] if older else None
+
+        points = [at(now - k * TREND_SEGMENT_S) for k in range(4)]
+        if any(p is None for p in points):
+            return 0.0
+        slopes = [(points[k] - points[k + 1]) / TREND_SEGMENT_S for k in range(3)]  # type: ignore[operator]
+        # A ramp rises evenly; a step's look-back rate rises for one window and then stops, so
+        # its segments disagree. Poisson noise of a segment's slope is ~sqrt(2 W seg) / (L seg).
+        noise = math.sqrt(2.0 * max(points[0], 1.0) * TREND_SEGMENT_S) / (self.cfg.look_back_s * TREND_SEGMENT_S)  # type: ignore[arg-type]
+        low = min(slopes)
+        return low if low >= max(0.5 * max(slopes), 2.0 * noise) else 0.0
+
+    def predicted_rate(self, sig: FleetSignals, now: float) -> float:
+        horizon = self.startup_s + self.cfg.upscale_delay_s
+        return max(sig.rate_rps, sig.recent_rate_rps) + self.rate_trend(now) * horizon
+
+    def _observe(self, inp: ScalingInput, sig: FleetSignals | None) -> None:
+        """Start-up time of the replicas asked for, when the serving count rose, the rate history."""
+        now = inp.now
+        if inp.running_replicas < inp.current_replicas:
+            if self.pending_since is None:
+                self.pending_since = now
+        elif self.pending_since is not None:
+            self.startup_s = min(max(now - self.pending_since, 0.0), 600.0)
+            self.pending_since = None
+        if self.last_running is not None and inp.running_replicas > self.last_running:
+            self.running_rose_at = now
+        self.last_running = inp.running_replicas
+        if sig is not None:
+            if not self.rate_history or now - self.rate_history[-1][0] >= 1.0:
+                self.rate_history.append((now, sig.rate_rps))
+            self.rate_history = [(t, w) for (t, w) in self.rate_history if now - t <= HISTORY_S]
+
+    def capacity_demand(self, sig: FleetSignals, rate_rps: float | None = None) -> int:
+        rate = sig.rate_rps if rate_rps is None else rate_rps
+        if self.profile is None or rate <= 0:
             return 0
+        sig = FleetSignals(rate, sig.recent_rate_rps, sig.uncached_prompt_tokens, sig.output_tokens,
+                           sig.ttft_p90_ms, sig.itl_p90_ms, sig.waiting, sig.running)
         key = (sig.rate_rps, sig.uncached_prompt_tokens, sig.output_tokens)
         if key in self._capacity_memo:  # steady load repeats the same signals tick after tick
             return self._capacity_memo[key]
@@ -154,16 +269,20 @@ class KVServePolicy(ScalingPolicy):
             # Scale from zero at once (Serve's cold-start path does the same live).
             return Decision(clamp(1, max(cfg.min_replicas, 1), cfg.max_replicas), "cold start")
         if not inp.metrics:
+            self._observe(inp, None)
             return Decision(clamp(current, cfg.min_replicas, cfg.max_replicas), "no metrics: hold")
         sig = fleet_signals(inp.metrics)
-        slo_n, slo_why = self.slo_demand(sig, inp)
-        cap_n = self.capacity_demand(sig)
+        self._observe(inp, sig)
+        r = self.fleet_slo_ratio(inp.metrics, sig)
+        slo_n, slo_why = self.slo_demand(sig, inp, r)
+        predicted = self.predicted_rate(sig, inp.now)
+        cap_n = self.capacity_demand(sig, predicted)
         desired = max(slo_n, cap_n)
         if desired < current:
-            desired = max(desired, min(self.memory_floor(sig), current))
+            floor_sig = FleetSignals(max(sig.rate_rps, sig.recent_rate_rps), *dataclasses.astuple(sig)[1:])
+            desired = max(desired, min(self.memory_floor(floor_sig), current))
         # Learn: a comfortable fleet at a higher per-replica rate than the remembered overload
         # proves the memory stale (e.g. prompts got shorter), so raise it.
-        r = self.slo_ratio(sig)
         if self.overload_rps_per_replica and r is not None and r < cfg.hysteresis and current > 0 \
                 and sig.rate_rps > MIN_RATE_RPS:
             self.overload_rps_per_replica = max(self.overload_rps_per_replica, sig.rate_rps / current)
@@ -172,13 +291,28 @@ class KVServePolicy(ScalingPolicy):
         out = clamp(self.gate.apply(desired, current, inp.now), cfg.min_replicas, cfg.max_replicas)
         if out > current and slo_n >= cap_n and slo_n > current and sig.rate_rps > MIN_RATE_RPS and current > 0:
             self.overload_rps_per_replica = sig.rate_rps / current
-        reason = f"{slo_why}; capacity={cap_n}; desired={desired}"
+        reason = f"{slo_why}; predicted {predicted:.1f} req/s -> capacity={cap_n}; desired={desired}"
         return Decision(out, reason if out != current or desired == current else reason + " (delayed)")
 
     def get_state(self) -> dict[str, Any]:
-        return {"gate": self.gate.get_state(), "overload_rps_per_replica": self.overload_rps_per_replica}
+        return {
+            "gate": self.gate.get_state(),
+            "overload_rps_per_replica": self.overload_rps_per_replica,
+            "rate_history": [[t, w] for t, w in self.rate_history],
+            "startup_s": self.startup_s,
+            "pending_since": self.pending_since,
+            "last_running": self.last_running,
+            "running_rose_at": self.running_rose_at,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.gate.set_state(state.get("gate", {}))
         v = state.get("overload_rps_per_replica")
         self.overload_rps_per_replica = None if v is None else float(v)
+        self.rate_history = [(float(t), float(w)) for t, w in state.get("rate_history", [])]
+        self.startup_s = float(state.get("startup_s", DEFAULT_STARTUP_S))
+        p, r = state.get("pending_since"), state.get("running_rose_at")
+        self.pending_since = None if p is None else float(p)
+        self.running_rose_at = None if r is None else float(r)
+        lr = state.get("last_running")
+        self.last_running = None if lr is None else int(lr)

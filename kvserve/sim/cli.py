@@ -78,7 +78,8 @@ def sim(
     from kvserve.sim import plots
     from kvserve.sim.engine import EngineSettings
     from kvserve.sim.runner import (
-        PACKAGED_PROFILE, SimSetup, compare_autoscalers, compare_policies, default_kv_blocks, router_config_for,
+        PACKAGED_PROFILE, TRACE_CACHE_FILL, SimSetup, compare_autoscalers, compare_policies, default_kv_blocks,
+        router_config_for,
     )
     from kvserve.sim.workloads import TenantMix, generated, load_trace
     from router.registry import policy_names
@@ -135,6 +136,12 @@ def sim(
     }
     if trace is not None:
         params["cache_fill_of_cluster"] = wl.distinct_blocks() / (kv * n_rep)
+        if kv_blocks is None and kv == wl.max_request_blocks() and params["cache_fill_of_cluster"] < TRACE_CACHE_FILL:
+            # Many replicas: the 70% rule would make the largest request unrunnable, so the floor wins.
+            console.print(
+                f"KV capacity {kv} blocks per replica: the largest request's size (the 70%-fill rule gives less); "
+                f"the trace fills {params['cache_fill_of_cluster']:.3f} of the cluster cache. Set --kv-blocks to override."
+            )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
         tasks: dict[str, int] = {}

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPolicy
+from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
 from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
-from kvserve.sim.metrics import ItlLog, Window, percentile, weighted_percentile
+from kvserve.sim.metrics import ItlLog, percentile
 from kvserve.sim.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 
@@ -85,7 +86,10 @@ class Cluster:
         self.loads: dict[str, ReplicaLoad] = {}  # routable (serving) replicas only
         self.snap: dict[str, tuple[int, int, int, float]] = {}  # last reported engine stats
         self.touched: set[str] = set()
-        self.windows: dict[str, Window] = {}
+        # The live replica's own signal window (autoscaling.window), fed the same events, so the
+        # policy sees exactly what `record_autoscaling_stats` reports live.
+        self.windows: dict[str, SignalWindow] = {}
+        self.prefix_hits: dict[str, list[int]] = {}  # [hit blocks, queried blocks] since start, like vLLM's counters
         self.serving_since: dict[str, float] = {}
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.seq = itertools.count()
@@ -124,8 +128,6 @@ class Cluster:
         rep = Replica(rid, self.profile, self.engine, now)
         self.replicas[rid] = rep
         self.snap[rid] = (0, 0, 0, 0.0)
-        if self.scaling is not None:
-            self.windows[rid] = Window()
         if ready:
             self._make_serving(rep, now)
         else:
@@ -135,6 +137,9 @@ class Cluster:
     def _make_serving(self, rep: Replica, now: float) -> None:
         rep.state = SERVING
         self.serving_since[rep.rid] = now
+        if self.scaling is not None:
+            self.windows[rep.rid] = SignalWindow(self.scaling.cfg.look_back_s, clock=lambda t=now: t)
+            self.prefix_hits[rep.rid] = [0, 0]
         self._refresh_load(rep)
         while self.pending and self.loads:
             self._route(self.pending.popleft(), now)
@@ -189,7 +194,7 @@ class Cluster:
         rep.enqueue(req)
         self._log(now, "routed", req, rid)
         if self.scaling is not None:
-            self.windows[rid].arrivals.append((now, req.prompt_tokens, req.output_tokens))
+            self.windows[rid].on_arrival(req.prompt_tokens, now=now)
         self._refresh_load(rep)
         self._kick(rep, now)
 
@@ -221,15 +226,19 @@ class Cluster:
             self.itl.add(now, step_ms, dec_tokens)
         win = self.windows.get(rep.rid) if self.scaling is not None else None
         if win is not None and dec_tokens:
-            win.itl.append((now, step_ms, dec_tokens))
+            win.on_token_gap(step_ms, now, count=dec_tokens)
         for r in first:
             self._log(now, "first_token", r, rep.rid)
             if win is not None:
                 ttft = (now - r.arrival) * 1000.0
-                win.ttft.append((now, ttft))
-                win.hits.append((now, r.hit_blocks, len(r.block_hashes)))
+                win.on_first_token(ttft, now)
+                hits = self.prefix_hits[rep.rid]
+                hits[0] += r.hit_blocks
+                hits[1] += len(r.block_hashes)
                 self.cluster_ttft.append((now, ttft))
         for r in finished:
+            if win is not None:
+                win.on_completion(r.output_tokens, now)
             self._finish(r, rep, now)
         if rep.has_work():
             self._kick(rep, now)
@@ -262,31 +271,11 @@ class Cluster:
     # ---- autoscaling --------------------------------------------------------
 
     def _replica_metrics(self, rep: Replica, now: float) -> ReplicaMetrics:
-        cfg = self.scaling.cfg  # type: ignore[union-attr]
+        """Live path: engine gauges into the window, `to_stats_dict()` out, `metrics_from_stats` in."""
         win = self.windows[rep.rid]
-        win.trim(now - cfg.look_back_s)
-        span = max(min(cfg.look_back_s, now - self.serving_since.get(rep.rid, 0.0)), 1e-3)
-        arr = win.arrivals
-        n_arr = len(arr)
-        p_sum = sum(a[1] for a in arr)
-        o_sum = sum(a[2] for a in arr)
-        gen = sum(x[2] for x in win.itl) + len(win.ttft)
-        hit = sum(h[1] for h in win.hits)
-        tot = sum(h[2] for h in win.hits)
-        return ReplicaMetrics(
-            replica_id=rep.rid,
-            ttft_p90_ms=percentile([x[1] for x in win.ttft], 90),
-            itl_p90_ms=weighted_percentile([x[1] for x in win.itl], [x[2] for x in win.itl], 90),
-            waiting=len(rep.waiting),
-            running=rep.running,
-            kv_usage=rep.kv.usage(),
-            requests_per_s=n_arr / span,
-            prompt_tokens_per_s=p_sum / span,
-            output_tokens_per_s=gen / span,
-            mean_prompt_tokens=p_sum / n_arr if n_arr else 0.0,
-            mean_output_tokens=o_sum / n_arr if n_arr else 0.0,
-            cache_hit_rate=hit / tot if tot else 0.0,
-        )
+        hit, queried = self.prefix_hits[rep.rid]
+        win.set_engine_state(len(rep.waiting), rep.running, rep.kv.usage(), hit / queried if queried else None)
+        return metrics_from_stats(rep.rid, win.to_stats_dict(now))
 
     def _decide(self, now: float) -> None:
         sc = self.scaling

@@ -145,7 +145,7 @@ def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Pr
     from autoscaling.registry import make_autoscaler
 
     sc = ScalingSetup(
-        make_autoscaler(name, setup.cfg.autoscaling, setup.cfg.slo, setup.profile),
+        make_autoscaler(name, setup.cfg.autoscaling, setup.cfg.slo, setup.profile, setup.engine.max_num_seqs),
         setup.cfg.autoscaling,
         setup.engine_start_s,
         setup.decision_interval_s,

@@ -161,7 +161,8 @@ def test_kvserve_committed_context_spreads_a_cached_tenant(weight, expect_spread
 
 def test_kvserve_counts_its_own_unreported_requests():
     """Stats say both replicas are idle, but this router just sent a cold prompt to one of them."""
-    p = KVServePolicy(RouterConfig(tie_tolerance=0.0, active_token_weight=0.0), seed=0, block_size=BS)
+    cfg = RouterConfig(tie_tolerance=0.0, active_token_weight=0.0, prefill_ms_per_token=2.5, decode_ms_per_seq=5.0)
+    p = KVServePolicy(cfg, seed=0, block_size=BS)
     first = request(question(800))
     p.rank(first, idle("a", "b"), now=0.0)
     p.on_routed(first, "a", now=0.0)  # predicted prefill: 800 * 2.5 ms = 2 s
@@ -175,7 +176,7 @@ def test_kvserve_counts_its_own_unreported_requests():
     assert p.costs(nxt, shown, now=0.1) == costs
     # After its predicted prefill it counts as a running sequence only.
     later = p.costs(nxt, stale, now=2.5)
-    assert later["a"] - later["b"] == pytest.approx(RouterConfig().decode_ms_per_seq)
+    assert later["a"] - later["b"] == pytest.approx(cfg.decode_ms_per_seq)
     p.on_finished(first, "a", now=3.0)
     after = p.costs(nxt, idle("a", "b"), now=3.0)
     assert after["a"] == after["b"]
@@ -330,3 +331,52 @@ def test_history_tree_lru_eviction_keeps_recent_and_respects_target(inserts, tar
         assert matched <= len(s) and (matched == 0) == (not holders)
     if target >= len(inserts[-1]):
         assert tree.match(inserts[-1], {"a"})[0] == len(inserts[-1])  # the most recent one survives
+
+
+def _brute_known_load(p: KVServePolicy, load: ReplicaLoad, now: float) -> tuple[int, int]:
+    """The definition `_known_load` keeps incrementally: walk every in-flight request of ours."""
+    mine = p._inflight.get(load.replica_id, {})
+    waiting = [r for r in mine.values() if r.prefill_done_at > now]
+    return (
+        max(load.queued_prefill_tokens, sum(r.uncached for r in waiting)),
+        max(load.running, len(mine) - len(waiting)),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["route", "route", "finish", "gone"]),
+            st.integers(0, 2),  # replica
+            st.integers(1, 900),  # prompt tokens
+            st.floats(0.0, 0.6),  # time step before the op
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_kvserve_incremental_known_load_equals_brute_force(ops):  # type: ignore[no-untyped-def]
+    """Routes, finishes, retries and replica loss in any order: the O(1) totals match a full walk."""
+    p = KVServePolicy(RouterConfig(prefill_ms_per_token=1.0), seed=0, block_size=BS)
+    rids = ["a", "b", "c"]
+    reported = [ReplicaLoad(r, running=1, queued_prefill_tokens=50) for r in rids]
+    live: list[tuple[RouteRequest, str]] = []
+    now = 0.0
+    for i, (op, k, tokens, dt) in enumerate(ops):
+        now += dt
+        if op == "route":
+            # Every 5th op re-sends the oldest live request to the same replica (a retry).
+            req, rid = live[0] if live and i % 5 == 0 else (request(question(tokens)), rids[k])
+            p.rank(req, idle(*rids), now)
+            p.on_routed(req, rid, now)
+            if (req, rid) not in live:
+                live.append((req, rid))
+        elif op == "finish" and live:
+            req, rid = live.pop(k % len(live))
+            p.on_finished(req, rid, now)
+        elif op == "gone":
+            p.on_replica_gone(rids[k])
+            live = [(q, r) for q, r in live if r != rids[k]]
+        for load in reported + idle(*rids):
+            assert p._known_load(load, now) == _brute_known_load(p, load, now)

@@ -69,3 +69,15 @@ def test_shared_trace_default_capacity_is_seventy_percent_fill() -> None:
     assert len(wl.requests) == 3993 and wl.distinct_blocks() == 43924
     kv = default_kv_blocks(wl, 16, EngineProfile.load(PACKAGED_PROFILE))
     assert 0.69 <= wl.distinct_blocks() / (16 * kv) <= 0.70
+
+
+def test_shared_trace_capacity_at_1000_replicas_is_the_largest_request() -> None:
+    """70% fill would give 63 blocks per replica; the largest request needs 374, so the floor applies."""
+    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
+    if not path.exists():
+        pytest.skip("../shared not present")
+    wl = load_trace(path)
+    kv = default_kv_blocks(wl, 1000, EngineProfile.load(PACKAGED_PROFILE))
+    assert wl.distinct_blocks() / (0.7 * 1000) < 64
+    assert kv == wl.max_request_blocks() == 374
+    assert all(r.total_blocks <= kv for r in wl.requests)  # every request can run
