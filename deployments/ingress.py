@@ -24,6 +24,7 @@ from deployments.errors import APIError, error_response
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
 from kvserve.config import KVServeConfig
 from router.block_hash import chain_hashes
+from router.hot_prefixes import HotPrefixTracker
 
 log = logging.getLogger("kvserve.ingress")
 
@@ -46,6 +47,8 @@ class Ingress:
         self.metrics = IngressMetrics()
         self._renderer = None
         self._board = None
+        self.hot = HotPrefixTracker(self.cfg.engine.block_size)
+        self._hot_posted = 0.0
         await self.renderer()  # load tokenizer + chat template now, not on the first request
 
     # -- setup ------------------------------------------------------------------------------
@@ -138,12 +141,30 @@ class Ingress:
             raise APIError(400, "exactly one prompt per request is supported", "prompt")
         tokens = engine_inputs[0].get("prompt_token_ids") or []
         hashes = chain_hashes(tokens, self.cfg.engine.block_size)
+        self._note_hot(tenant, hashes, tokens)
         rid = f"{kind}-{uuid.uuid4().hex[:16]}"
         common = dict(request_id=rid, body=data, engine_inputs=list(engine_inputs), block_hashes=hashes,
                       num_prompt_tokens=len(tokens), tenant=tenant)
         if kind == "chat":
             return ChatWork(conversation=list(conversation), messages=data.get("messages", []), **common)
         return CompletionWork(prompt=data.get("prompt", ""), **common)
+
+    def _note_hot(self, tenant: str, hashes: list[int], tokens: list[int]) -> None:
+        """Track hot prefixes (keyed by tenant + the prompt's second block) for scale-up warming."""
+        if len(hashes) < 2 or not self.cfg.autoscaling.warm_prefixes:
+            return
+        now = time.monotonic()
+        self.hot.observe(f"{tenant}:{hashes[1]:x}", tokens, now)
+        if now - self._hot_posted > 5.0:
+            self._hot_posted = now
+            try:
+                from deployments.stats_board import board
+
+                if self._board is None:
+                    self._board = board(self.cfg.app_name)
+                self._board.put_hot.remote(self.hot.hottest(self.cfg.autoscaling.warm_prefixes * 4, now))
+            except Exception:
+                log.exception("posting hot prefixes failed")
 
     async def serve_openai(self, kind: str, request: Request):
         start = time.monotonic()

@@ -90,8 +90,36 @@ class LLMReplica:
         self.completion = state.openai_serving_completion
         self._install_prerendered(self.chat, "render_chat_request")
         self._install_prerendered(self.completion, "render_completion_request")
+        await self._warm_hot_prefixes()
         self._ready = True
         log.info("replica %s ready (block_size=%s)", self.replica_id, self.cfg.engine.block_size)
+
+    async def _warm_hot_prefixes(self) -> None:
+        """Pre-fill the cluster's hottest prefixes before Serve routes traffic here (scale-up, restart)."""
+        self.warmed_prefixes, self.warm_s = 0, 0.0
+        n, budget = self.cfg.autoscaling.warm_prefixes, self.cfg.autoscaling.warm_timeout_s
+        if not n or not self.kv:
+            return
+        start = time.monotonic()
+        try:
+            from vllm import SamplingParams
+
+            from deployments.stats_board import board
+
+            hot = await board(self.cfg.app_name).get_hot.remote()
+            for _, tokens, _ in hot[:n]:
+                if time.monotonic() - start > budget:
+                    break
+                req_id = f"warm-{self.replica_id}-{self.warmed_prefixes}"
+                async for _ in self.engine.generate({"prompt_token_ids": list(tokens)},
+                                                    SamplingParams(max_tokens=1), req_id):
+                    pass
+                self.warmed_prefixes += 1
+        except Exception:  # warming is an optimisation; never block start-up on it
+            log.exception("prefix warm-up failed")
+        self.warm_s = time.monotonic() - start
+        if self.warmed_prefixes:
+            log.info("warmed %d hot prefixes in %.1fs", self.warmed_prefixes, self.warm_s)
 
     @staticmethod
     def _install_prerendered(serving: Any, method: str) -> None:
@@ -180,6 +208,8 @@ class LLMReplica:
             "aborted": self.aborted,
             "unfinished": self.engine.get_num_unfinished_requests(),
             "cached_blocks": len(self.kv.blocks) if self.kv else 0,
+            "warmed_prefixes": self.warmed_prefixes,
+            "warm_s": round(self.warm_s, 2),
             "kv_events": self.kv.events_seen if self.kv else 0,
             **c,
             "window": self.window.to_stats_dict(),

@@ -19,6 +19,14 @@ BOARD_NAMESPACE = "kvserve"
 class StatsBoard:
     def __init__(self) -> None:
         self._stats: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._hot: list = []
+
+    def put_hot(self, hot: list) -> None:
+        """The ingress's hottest prefixes: [(key, token_ids, score)], hottest first."""
+        self._hot = hot
+
+    def get_hot(self) -> list:
+        return self._hot
 
     def put(self, replica_id: str, stats: dict[str, Any]) -> None:
         self._stats[replica_id] = (time.time(), stats)

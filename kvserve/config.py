@@ -136,6 +136,11 @@ class AutoscalingConfig(_Section):
     headroom: float = Field(0.8, gt=0, le=1, description="Plan each replica to this fraction of modelled capacity.")
     hysteresis: float = Field(0.6, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")
     drain_grace_s: float = Field(60.0, ge=0, description="In-flight requests get this long to finish on scale-down.")
+    warm_prefixes: int = Field(
+        4, ge=0, description="A starting replica pre-fills this many of the hottest tenant prefixes before it "
+        "takes traffic (0 = off)."
+    )
+    warm_timeout_s: float = Field(60.0, ge=0, description="Time budget for that warm-up.")
     look_back_s: float = Field(30.0, gt=0)
     profile: str | None = Field(
         None, description="Engine profile JSON (`kvserve profile`) for the capacity model; None = SLO error only."

@@ -206,7 +206,7 @@ class KVServePolicy(ScalingPolicy):
         # its segments disagree. Poisson noise of a segment's slope is ~sqrt(2 W seg) / (L seg).
         noise = math.sqrt(2.0 * max(points[0], 1.0) * TREND_SEGMENT_S) / (self.cfg.look_back_s * TREND_SEGMENT_S)  # type: ignore[arg-type]
         low = min(slopes)
-        return low if low >= max(0.5 * max(slopes), 2.0 * noise) else 0.0
+        return low if low >= max(max(slopes) / 3.0, 2.0 * noise) else 0.0
 
     def predicted_rate(self, sig: FleetSignals, now: float) -> float:
         horizon = self.startup_s + self.cfg.upscale_delay_s
@@ -281,6 +281,11 @@ class KVServePolicy(ScalingPolicy):
         if desired < current:
             floor_sig = FleetSignals(max(sig.rate_rps, sig.recent_rate_rps), *dataclasses.astuple(sig)[1:])
             desired = max(desired, min(self.memory_floor(floor_sig), current))
+            if self.profile is not None and sig.waiting > 0:
+                # Queued requests are demand too: keep capacity to drain them within a window
+                # (shrinking onto a backlogged replica would route new requests behind it).
+                backlog = max(sig.rate_rps, sig.recent_rate_rps) + sig.waiting / self.cfg.look_back_s
+                desired = max(desired, min(self.capacity_demand(sig, backlog), current))
         # Learn: a comfortable fleet at a higher per-replica rate than the remembered overload
         # proves the memory stale (e.g. prompts got shorter), so raise it.
         if self.overload_rps_per_replica and r is not None and r < cfg.hysteresis and current > 0 \

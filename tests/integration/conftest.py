@@ -44,7 +44,8 @@ def test_config(port: int) -> KVServeConfig:
     return load_config(overrides={
         "num_replicas": 2,
         "engine": {"max_num_seqs": 16},
-        "server": {"port": port, "max_body_bytes": 262_144},
+        # Small queues so the overload test can fill them with a few dozen requests.
+        "server": {"port": port, "max_body_bytes": 262_144, "max_ongoing_requests": 4, "max_queued_requests": 4},
         "router": {"policy": "kvserve"},
         "tenants": {"open_mode": False,
                     "keys": [{"tenant": t, "key_sha256": hash_key(k)} for t, k in KEYS.items()]},

@@ -180,3 +180,27 @@ def test_keys_never_served_in_clear(cluster):
     cfg = httpx.get(cluster.url + "/kvserve/config").json()
     text = json.dumps(cfg)
     assert all(k not in text for k in KEYS.values())
+
+
+def test_overload_gets_503_not_a_hang(cluster):
+    """More concurrent requests than replicas x max_ongoing + queue: the excess is refused at once."""
+    import concurrent.futures as cf
+
+    body = {"model": MODEL, "prompt": "Tell me about the ocean.", "max_tokens": 40, "ignore_eos": True}
+
+    def one(_):
+        with cluster.client() as c:
+            t = time.monotonic()
+            r = c.post("/v1/completions", json=body)
+            return r.status_code, time.monotonic() - t, r
+
+    with cf.ThreadPoolExecutor(40) as pool:
+        results = list(pool.map(one, range(40)))
+    codes = [c for c, _, _ in results]
+    assert set(codes) <= {200, 503}, codes
+    assert codes.count(200) >= 8 and codes.count(503) >= 1, codes
+    for code, elapsed, r in results:
+        if code == 503:
+            assert r.headers.get("retry-after") and r.json()["error"]["code"] == 503
+            assert elapsed < 30
+    _ok_request(cluster)

@@ -224,7 +224,9 @@ def test_steady_load_through_a_latency_plant_settles_without_flapping(
     current = cfg.max_replicas if start_at_max else max(cfg.min_replicas, 1)
     traj = [current]
     left_in_violation: list[int] = []
-    for t in range(400):
+    # With a profile an SLO-driven step waits for the window to refresh (look_back_s) after the
+    # previous rise, so climbing max_replicas one step at a time takes up to ~15 x 41 ticks.
+    for t in range(800 if with_profile else 400):
         ms = plant(rate, current, mu, ttft0, itl0)
         new = policy.decide(step(float(t), current, ms)).replicas
         assert all(new > bad for bad in left_in_violation), (traj, new)

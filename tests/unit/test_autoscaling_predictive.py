@@ -1,0 +1,188 @@
+"""The capacity-led path of the kvserve policy: recent rate, rising trend, measured start-up,
+backlog floor, fleet SLO quantile; and that the simulator feeds it the live window's signals."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaling.base import ScalingInput
+from autoscaling.capacity import replicas_needed
+from autoscaling.policies.kvserve import DEFAULT_STARTUP_S, TREND_SEGMENT_S, KVServePolicy
+from autoscaling.window import SignalWindow, WindowMetrics, metrics_from_stats
+from kvserve.config import AutoscalingConfig, SLOConfig
+from tests.unit.test_autoscaling_policies import PROFILE
+
+SLO = SLOConfig(ttft_p90_ms=1000.0, itl_p90_ms=100.0)
+
+
+def fleet(n: int, rate: float, recent: float | None = None, ttft: float = 200.0, waiting: int = 0,
+          prompt: float = 300.0, output: float = 100.0) -> list[WindowMetrics]:
+    return [
+        WindowMetrics(f"r{i}", ttft, 20.0, waiting, 0, 0.1, rate / n, prompt * rate / n, output * rate / n,
+                      prompt, output, 0.0, None if recent is None else recent / n)
+        for i in range(n)
+    ]
+
+
+def need(rate: float) -> int:
+    return replicas_needed(PROFILE, rate, 300.0, 100.0, SLO.ttft_p90_ms, SLO.itl_p90_ms, 0.8).replicas
+
+
+def cfg(**kw) -> AutoscalingConfig:  # type: ignore[no-untyped-def]
+    base = dict(min_replicas=1, max_replicas=40, upscale_delay_s=0, downscale_delay_s=0, max_step=40)
+    return AutoscalingConfig(**{**base, **kw})
+
+
+def test_recent_rate_scales_up_before_the_look_back_rate_catches_up():
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    assert need(4.0) < need(20.0)
+    d = policy.decide(ScalingInput(0.0, need(4.0), need(4.0), fleet(need(4.0), rate=4.0, recent=20.0)))
+    assert d.replicas == need(20.0)
+    # A recent rate below the look-back rate does not shrink the demand under the look-back one.
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    assert policy.decide(ScalingInput(0.0, 1, 1, fleet(1, rate=20.0, recent=1.0))).replicas == need(20.0)
+
+
+def _feed(policy: KVServePolicy, rates: list[float], current: int) -> int:
+    for t, r in enumerate(rates):
+        current = policy.decide(ScalingInput(float(t), current, current, fleet(current, r, r))).replicas
+    return current
+
+
+def test_a_sustained_ramp_is_extrapolated_over_start_up_and_delay():
+    slope = 0.2  # req/s per s, well above Poisson noise at these rates
+    rates = [2.0 + slope * t for t in range(60)]
+    policy = KVServePolicy(cfg(upscale_delay_s=5), SLO, PROFILE)
+    _feed(policy, rates, 1)
+    assert abs(policy.rate_trend(59.0) - slope) < 1e-6
+    horizon = DEFAULT_STARTUP_S + 5
+    sig_rate = rates[-1]
+    assert abs(policy.predicted_rate(_sig(sig_rate), 59.0) - (sig_rate + slope * horizon)) < 1e-6
+
+
+def _sig(rate: float):  # type: ignore[no-untyped-def]
+    from autoscaling.policies.kvserve import fleet_signals
+
+    return fleet_signals(fleet(1, rate, rate))
+
+
+def test_a_step_is_not_extrapolated():
+    # The look-back rate of a step rises linearly for one window (30 s), then stays flat.
+    rates = [5.0] * 30 + [5.0 + 15.0 * min(t, 30) / 30 for t in range(1, 46)]
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    _feed(policy, rates, 1)
+    assert policy.rate_trend(float(len(rates) - 1)) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(level=st.floats(1, 80), noise=st.lists(st.floats(-0.5, 0.5), min_size=60, max_size=60))
+def test_flat_noisy_rate_has_no_trend(level, noise):
+    """Jitter of the size a 30 s window shows on a flat load never reads as a ramp."""
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    _feed(policy, [level + n * min(level, 10) ** 0.5 / 10 for n in noise], need(level))
+    assert policy.rate_trend(59.0) * (DEFAULT_STARTUP_S + TREND_SEGMENT_S) < max(level, 1.0) * 0.5
+
+
+def test_start_up_time_is_measured_from_the_replicas_asked_for():
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    ms = fleet(1, 5.0, 5.0)
+    policy.decide(ScalingInput(0.0, 1, 1, ms))
+    policy.decide(ScalingInput(1.0, 3, 1, ms))  # two replicas starting
+    policy.decide(ScalingInput(12.0, 3, 2, ms))
+    policy.decide(ScalingInput(18.0, 3, 3, ms))  # all serving: 17 s after the first was pending
+    assert policy.startup_s == 17.0
+    restored = KVServePolicy(cfg(), SLO, PROFILE)
+    restored.set_state(json.loads(json.dumps(policy.get_state())))
+    assert restored.startup_s == 17.0 and restored.running_rose_at == 18.0
+
+
+def test_an_slo_violation_waits_for_the_fleet_to_settle_then_scales_up():
+    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    low = fleet(2, 1.0, 1.0)
+    policy.decide(ScalingInput(0.0, 2, 1, fleet(1, 1.0, 1.0)))
+    policy.decide(ScalingInput(1.0, 2, 2, low))  # the second replica just started serving
+    hot = fleet(2, 1.0, 1.0, ttft=3000.0)  # r = 3: capped at doubling
+    assert policy.decide(ScalingInput(10.0, 2, 2, hot)).replicas == 2  # window still holds the start-up
+    assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 4
+
+
+def test_one_backlogged_replica_is_not_a_fleet_violation():
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    ms = fleet(4, 4.0, 4.0)
+    backlogged = WindowMetrics("r0", 40_000.0, 20.0, 500, 32, 0.9, 1.0, 300.0, 100.0, 300.0, 100.0, 0.0, 0.05)
+    r = policy.fleet_slo_ratio([backlogged, *ms[1:]], _sig(4.0))
+    assert r is not None and r < 1
+    # ... but it keeps capacity for its queue: no scale-down onto it.
+    d = policy.decide(ScalingInput(0.0, 4, 4, [backlogged, *ms[1:]]))
+    assert d.replicas == 4
+    # Without the queue, the same fleet shrinks to the modelled demand.
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    assert policy.decide(ScalingInput(0.0, 4, 4, ms)).replicas == need(4.0) < 4
+
+
+def test_scale_down_goes_to_the_modelled_demand_in_one_decision():
+    policy = KVServePolicy(cfg(downscale_delay_s=30), SLO, PROFILE)
+    ms = fleet(8, 3.0, 3.0)
+    assert policy.decide(ScalingInput(0.0, 8, 8, ms)).replicas == 8
+    assert policy.decide(ScalingInput(30.0, 8, 8, ms)).replicas == need(3.0)
+
+
+# -- the window's new signals ----------------------------------------------------------------
+
+def test_window_reports_the_recent_rate_and_it_round_trips():
+    w = SignalWindow(look_back_s=30.0, recent_s=5.0, clock=lambda: 0.0)
+    for i in range(250):  # 10 req/s for 25 s ...
+        w.on_arrival(100, now=i * 0.1)
+    for i in range(200):  # ... then 40 req/s for 5 s
+        w.on_arrival(100, now=25.0 + i * 0.025)
+    m = w.metrics("a", now=30.0)
+    assert abs(m.recent_requests_per_s - 40.0) < 2.5  # 5 s span: sees the step
+    assert abs(m.requests_per_s - 15.0) < 0.5  # 30 s span: still mostly the old load
+    back = metrics_from_stats("a", w.to_stats_dict(now=30.0))
+    assert back.recent_requests_per_s == m.recent_requests_per_s
+    assert metrics_from_stats("a", {}).recent_requests_per_s is None  # older replicas: unknown
+
+
+def test_token_gap_count_records_each_token():
+    w = SignalWindow(look_back_s=10.0, max_samples=100, clock=lambda: 0.0)
+    w.on_token_gap(5.0, now=1.0, count=8)
+    w.on_token_gap(50.0, now=1.0, count=2)
+    assert len(w.itl_samples(now=1.0)) == 10
+    assert w.itl_p90_ms(now=1.0) == 50.0  # nearest rank 9 of 10: one of the two 50 ms tokens
+    w.on_token_gap(1.0, now=2.0, count=1000)  # bounded by max_samples
+    assert len(w.itl_samples(now=2.0)) == 100
+
+
+# -- the simulator feeds the policy what live replicas report --------------------------------
+
+def test_simulator_hands_the_policy_window_metrics():
+    from autoscaling.base import Decision, ScalingPolicy
+    from kvserve.sim.cluster import Cluster, ScalingSetup
+    from kvserve.sim.engine import EngineSettings
+    from kvserve.sim.workloads import TenantMix, generated
+    from router.registry import make_policy
+    from tests.unit.test_sim_cluster import LINEAR
+
+    class Spy(ScalingPolicy):
+        name = "spy"
+        seen: list[ScalingInput] = []
+
+        def decide(self, inp: ScalingInput) -> Decision:
+            self.seen.append(inp)
+            return Decision(1, "hold")
+
+    wl = generated("step", TenantMix(tenants=3, system_tokens=32, question_tokens=8, output_tokens=20), 4,
+                   rate=20.0, phase_s=10.0, seed=1)
+    eng = EngineSettings(block_size=4, kv_blocks=256, max_num_seqs=4, max_batched_tokens=64)
+    spy = Spy()
+    Cluster(wl, LINEAR, eng, make_policy("round_robin"), replicas=0,
+            scaling=ScalingSetup(spy, AutoscalingConfig(min_replicas=1, max_replicas=1), 1.0, 0.5)).run()
+    ms = [m for inp in spy.seen for m in inp.metrics]
+    assert ms and all(isinstance(m, WindowMetrics) and m.recent_requests_per_s is not None for m in ms)
+    # In the 4x phase (10-20 s) the recent rate leads the look-back rate.
+    mid = [m for inp in spy.seen if 11.0 <= inp.now <= 14.0 for m in inp.metrics]
+    assert all(m.recent_requests_per_s > m.requests_per_s for m in mid)
+    assert any(m.ttft_p90_ms is not None and m.itl_p90_ms is not None for m in ms)
