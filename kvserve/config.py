@@ -93,6 +93,11 @@ class RouterConfig(_Section):
     tie_tolerance: float = Field(
         0.1, ge=0, le=1, description="Replicas within this fraction of the best cost are near-ties, chosen at random."
     )
+    home_affinity: float = Field(
+        0.3, ge=0, description="A prefix family keeps its last replica (its 'home') while that replica's cost is "
+        "within this fraction of the best: keeps tenants partitioned across replicas instead of migrating "
+        "(and duplicating their prefixes) on small load differences."
+    )
     speculative_ttl_s: float = Field(
         10.0, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
     )

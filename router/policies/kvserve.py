@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -92,6 +93,9 @@ class KVServePolicy(RoutingPolicy):
         self._active: dict[str, int] = {}  # replica -> context tokens of our in-flight requests there
         # The last decision (request id, index matches, per-replica evaluation), reused by on_routed.
         self._last: tuple[str, dict[str, int], dict[str, tuple[float, float]]] | None = None
+        # Prefix family (hash of the prompt's second block) -> the replica it was last sent to.
+        self._home: OrderedDict[int, tuple[str, float]] = OrderedDict()  # family -> (replica, prefill done at)
+        self._max_homes = 100_000
 
     # ---- decision ----------------------------------------------------------
 
@@ -99,9 +103,24 @@ class KVServePolicy(RoutingPolicy):
         """Routing cost (ms) per replica for `request`: `router.cost.routing_cost_ms` with our in-flight work."""
         return {rid: c for rid, (c, _) in self._evaluate(request, replicas, now).items()}
 
+    @staticmethod
+    def _family(request: RouteRequest) -> int | None:
+        hashes = request.block_hashes
+        return hashes[min(1, len(hashes) - 1)] if hashes else None
+
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
         costs = self.costs(request, replicas, now)
         best = min(costs.values())
+        # Stickiness: when the prefix's home is nearly as good as the best, stay there. A tenant
+        # whose prefix was evicted everywhere would otherwise move on a small load difference and
+        # end up cached on every replica, halving the cluster's effective cache.
+        # Not during a burst: while the family's last request is still predicted to be prefilling
+        # at home, followers gain nothing from going there and must stay free to spread.
+        home, settled_at = self._home.get(self._family(request), (None, 0.0))  # type: ignore[arg-type]
+        if (home in costs and now >= settled_at
+                and costs[home] <= best * (1.0 + self.cfg.home_affinity) + 1e-9):
+            rest = sorted((rid for rid in costs if rid != home), key=lambda rid: (costs[rid], rid))
+            return [home, *rest]
         limit = best * (1.0 + self.cfg.tie_tolerance) + 1e-9
         ties = [rid for rid, c in costs.items() if c <= limit]
         ties.sort()  # replicas' input order must not bias the seeded shuffle
@@ -137,6 +156,12 @@ class KVServePolicy(RoutingPolicy):
         assert last is not None
         self._last = None
         _, matches, evaluated = last
+        family = self._family(request)
+        if family is not None:
+            self._home[family] = (replica_id, now + evaluated[replica_id][1] / 1000.0)
+            self._home.move_to_end(family)
+            if len(self._home) > self._max_homes:
+                self._home.popitem(last=False)
         uncached = max(request.num_prompt_tokens - matches.get(replica_id, 0) * self._block_size(request), 0)
         prefill_done_at = now + evaluated[replica_id][1] / 1000.0
         context = request.num_prompt_tokens + request.expected_output_tokens
