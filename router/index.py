@@ -127,6 +127,10 @@ class PrefixIndex:
             result[r] = depth
         return result
 
+    def confirms(self, replica_id: str, block_hash: int | None) -> bool:
+        """The engine reported `block_hash` cached on `replica_id` (not merely our speculation)."""
+        return block_hash is not None and block_hash in self._confirmed.get(replica_id, ())
+
     def is_stale(self, replica_id: str, now: float) -> bool:
         heard = self._last_heard.get(replica_id)
         return heard is None or now - heard >= self.stale_after_s

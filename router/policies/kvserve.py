@@ -114,10 +114,12 @@ class KVServePolicy(RoutingPolicy):
         # Stickiness: when the prefix's home is nearly as good as the best, stay there. A tenant
         # whose prefix was evicted everywhere would otherwise move on a small load difference and
         # end up cached on every replica, halving the cluster's effective cache.
-        # Not during a burst: while the family's last request is still predicted to be prefilling
-        # at home, followers gain nothing from going there and must stay free to spread.
-        home, settled_at = self._home.get(self._family(request), (None, 0.0))  # type: ignore[arg-type]
-        if (home in costs and now >= settled_at
+        # Not during a cold burst: while the family's last request is still predicted to be
+        # prefilling at home and the engine has not confirmed the prefix there, followers gain
+        # nothing from going there and must stay free to spread.
+        family = self._family(request)
+        home, settled_at = self._home.get(family, (None, 0.0))  # type: ignore[arg-type]
+        if (home in costs and (now >= settled_at or self.index.confirms(home, family))
                 and costs[home] <= best * (1.0 + self.cfg.home_affinity) + 1e-9):
             rest = sorted((rid for rid in costs if rid != home), key=lambda rid: (costs[rid], rid))
             return [home, *rest]
