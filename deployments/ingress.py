@@ -158,11 +158,7 @@ class Ingress:
         if now - self._hot_posted > 5.0:
             self._hot_posted = now
             try:
-                from deployments.stats_board import board
-
-                if self._board is None:
-                    self._board = board(self.cfg.app_name)
-                self._board.put_hot.remote(self.hot.hottest(self.cfg.autoscaling.warm_prefixes * 4, now))
+                self._stats_board().put_hot.remote(self.hot.hottest(self.cfg.autoscaling.warm_prefixes * 4, now))
             except Exception:
                 log.exception("posting hot prefixes failed")
 
@@ -224,12 +220,15 @@ class Ingress:
 
     # -- cluster views ----------------------------------------------------------------------------
 
-    async def replica_stats(self) -> list[dict]:
-        from deployments.stats_board import board
-
+    def _stats_board(self):
         if self._board is None:
+            from deployments.stats_board import board
+
             self._board = board(self.cfg.app_name)
-        stats = await self._board.get.remote(max_age_s=max(3.0, 4 * self.cfg.router.stats_period_s))
+        return self._board
+
+    async def replica_stats(self) -> list[dict]:
+        stats = await self._stats_board().get.remote(max_age_s=max(3.0, 4 * self.cfg.router.stats_period_s))
         live = await self._live_replica_ids()
         if live is not None:
             stats = [s for s in stats if s["replica_id"] in live]

@@ -15,10 +15,6 @@ from kvserve.config import KVServeConfig
 from kvserve.model import resolve_model_path
 
 
-def resolved_block_size(cfg: KVServeConfig) -> int:
-    return cfg.engine.block_size
-
-
 def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -> list[str]:
     e, m = cfg.engine, cfg.model
     args = [
@@ -26,7 +22,7 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -
         "--served-model-name", m.name,
         "--max-model-len", str(m.max_model_len),
         "--dtype", e.dtype,
-        "--block-size", str(resolved_block_size(cfg)),
+        "--block-size", str(e.block_size),
         "--max-num-seqs", str(e.max_num_seqs),
         "--max-num-batched-tokens", str(max(e.max_num_batched_tokens, 16)),
         "--tensor-parallel-size", str(e.tensor_parallel_size),
@@ -45,7 +41,7 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -
     if e.device == "gpu":
         args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
     if e.kv_cache_tokens:
-        blocks = max(e.kv_cache_tokens // resolved_block_size(cfg), 1)
+        blocks = max(e.kv_cache_tokens // e.block_size, 1)
         args += ["--num-gpu-blocks-override", str(blocks)]
     if kv_events_endpoint:
         kv = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events_endpoint}
@@ -66,7 +62,6 @@ def engine_env(cfg: KVServeConfig) -> dict[str, str]:
     env: dict[str, str] = {}
     if cfg.engine.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(round(cfg.engine.kv_cache_gib))))
-        env["VLLM_CPU_OMP_THREADS_BIND"] = cfg.engine.omp_threads_bind
     return env
 
 

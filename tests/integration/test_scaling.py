@@ -39,7 +39,7 @@ def _stream(url: str, prompt: str, out: dict, started: threading.Event) -> None:
 def test_scale_down_drains_in_flight_streams(cluster):
     from cluster.local import deploy
 
-    results = [dict() for _ in range(6)]
+    results = [dict() for _ in range(4)]  # within 2 replicas x max_ongoing_requests (4): none queued or refused
     events = [threading.Event() for _ in results]
     threads = [threading.Thread(target=_stream, args=(cluster.url, f"Story {i}: once upon a time in city {i * 31},", r, e))
                for i, (r, e) in enumerate(zip(results, events))]

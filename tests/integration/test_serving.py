@@ -71,6 +71,8 @@ def test_shared_system_prompt_is_cached_on_same_replica(cluster):
 
 
 def test_health_ready_metrics(cluster):
+    # Own traffic first: an earlier test may have redeployed (and so restarted) the ingress.
+    cluster.openai().chat.completions.create(model=MODEL, messages=FRANCE, temperature=0, max_tokens=2)
     assert httpx.get(cluster.url + "/health").json() == {"status": "ok"}
     ready = httpx.get(cluster.url + "/ready")
     assert ready.status_code == 200 and ready.json()["running_replicas"] == 2
@@ -80,6 +82,9 @@ def test_health_ready_metrics(cluster):
 
 
 def test_status_reports_each_replica(cluster):
+    deadline = time.monotonic() + 30  # a replica restarted by an earlier test posts within seconds
+    while len(cluster.stats()) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
     stats = cluster.stats()
     assert len(stats) == 2
     assert all({"replica_id", "prefix_cache_queries", "prefix_cache_hits", "kv_usage", "running"} <= s.keys() for s in stats)
