@@ -22,6 +22,7 @@ from ray.serve._private.request_router.request_router import LocalityMixin, Mult
 
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
+from router.bookings import Bookings
 from router.registry import make_policy
 
 log = logging.getLogger("kvserve.router")
@@ -33,8 +34,7 @@ class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self.policy = make_policy(policy, self.cfg, seed)
         self._stats_ts: dict[str, float] = {}
         self._stats_version: dict[str, int] = {}
-        self._inflight: dict[str, int] = {}
-        self._routed: dict[str, tuple[RouteRequest, str]] = {}
+        self.bookings = Bookings(self.policy)  # charges each decision at once (see router.bookings)
         self._last_freeze = 0.0
 
     # -- feeds ---------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def _load(self, r: RunningReplica, stats: dict | None) -> ReplicaLoad:
         rid = r.replica_id.unique_id
-        ongoing = self._inflight.get(rid, 0)
+        ongoing = self.bookings.ongoing(rid)
         cached_q = self._replica_queue_len_cache.get(r.replica_id)
         if cached_q is not None:
             ongoing = max(ongoing, cached_q)
@@ -112,38 +112,34 @@ class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             loads = [self._load(r, usable.get(rid)) for rid, r in by_id.items()]
             ranked = self.policy.rank(request, loads, now)
             ranks = [[by_id[rid]] for rid in ranked if rid in by_id]
+            if ranks:
+                # Book it now: concurrent routing tasks must see this decision before the replica's
+                # accept round trip completes (router.bookings explains the herding it prevents).
+                self.bookings.decided(request, ranks[0][0].replica_id.unique_id, now)
             return ranks or [candidate_replicas]
         except Exception:
             log.exception("routing policy failed; falling back to least-loaded")
-            return [sorted(candidate_replicas, key=lambda r: self._inflight.get(r.replica_id.unique_id, 0))]
+            return [sorted(candidate_replicas, key=lambda r: self.bookings.ongoing(r.replica_id.unique_id))]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         request = self._route_request(pending_request)
         if request is None:
             return
-        rid = replica_id.unique_id
-        self._inflight[rid] = self._inflight.get(rid, 0) + 1
-        self._routed[request.request_id] = (request, rid)
         try:
-            self.policy.on_routed(request, rid, time.time())
+            self.bookings.accepted(request, replica_id.unique_id, time.time())
         except Exception:
-            log.exception("policy.on_routed failed")
+            log.exception("booking a routed request failed")
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        entry = self._routed.pop(internal_request_id, None)
-        if entry is None:
-            return
-        request, rid = entry
-        self._inflight[rid] = max(self._inflight.get(rid, 1) - 1, 0)
         try:
-            self.policy.on_finished(request, rid, time.time())
+            self.bookings.finished(internal_request_id, replica_id.unique_id, time.time())
         except Exception:
-            log.exception("policy.on_finished failed")
+            log.exception("releasing a finished request failed")
 
     def _forget(self, rid: str) -> None:
         self._stats_ts.pop(rid, None)
         self._stats_version.pop(rid, None)
-        self._inflight.pop(rid, None)
+        self.bookings.forget_replica(rid)
         self.policy.on_replica_gone(rid)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:

@@ -55,6 +55,25 @@ def test_two_tenants_each_stick_to_one_replica_with_cache_hits(cluster):
         assert all(h > 800 for h in hits[1:]), (tenant, hits)
 
 
+
+def test_simultaneous_requests_spread_over_both_replicas(cluster):
+    """Four prompts with nothing cached arrive together: the router books each decision at once,
+    so the later ones see the earlier ones' load and split 2 + 2 (no herding in the accept window)."""
+    import concurrent.futures as cf
+    from collections import Counter
+
+    def one(i: int) -> str:
+        body = {"model": MODEL, "prompt": f"Note {i}: the river {i * 13}", "max_tokens": 24, "ignore_eos": True}
+        with cluster.client() as c:
+            r = c.post("/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            return r.headers["x-kvserve-replica"]
+
+    for _ in range(2):
+        with cf.ThreadPoolExecutor(4) as pool:
+            placed = Counter(pool.map(one, range(4)))
+        assert sorted(placed.values()) == [2, 2], placed
+
 @pytest.mark.slow
 def test_killing_a_replica_leaves_routing_working(cluster):
     import ray

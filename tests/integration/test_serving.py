@@ -203,7 +203,10 @@ def test_overload_gets_503_not_a_hang(cluster):
         results = list(pool.map(one, range(40)))
     codes = [c for c, _, _ in results]
     assert set(codes) <= {200, 503}, codes
-    assert codes.count(200) >= 8 and codes.count(503) >= 1, codes
+    # Serve counts a request as queued until a replica accepts it, so how many of a simultaneous
+    # burst get in beyond the queue depends on how fast the router places them; the queue's own
+    # depth is always admitted.
+    assert codes.count(200) >= cluster.cfg.server.max_queued_requests and codes.count(503) >= 1, codes
     for code, elapsed, r in results:
         if code == 503:
             assert r.headers.get("retry-after") and r.json()["error"]["code"] == 503
