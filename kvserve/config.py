@@ -94,9 +94,14 @@ class RouterConfig(_Section):
         0.1, ge=0, le=1, description="Replicas within this fraction of the best cost are near-ties, chosen at random."
     )
     home_affinity: float = Field(
-        0.3, ge=0, description="A prefix family keeps its last replica (its 'home') while that replica's cost is "
+        1.0, ge=0, description="A prefix family keeps its last replica (its 'home') while that replica's cost is "
         "within this fraction of the best: keeps tenants partitioned across replicas instead of migrating "
         "(and duplicating their prefixes) on small load differences."
+    )
+    spill_ttft_ms: float | None = Field(
+        2000.0, gt=0, description="A prefix family stays on the replica holding its prefix while that replica's "
+        "predicted TTFT is under this bound, however short other queues look; above it, the cost model decides "
+        "(the hot prefix spills). None: off."
     )
     speculative_ttl_s: float = Field(
         10.0, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
@@ -108,7 +113,7 @@ class RouterConfig(_Section):
         " a prefill token (Dynamo's decode-block load); stops cached tenants piling onto one replica.",
     )
     cache_miss_weight: float = Field(
-        1.0,
+        3.0,
         ge=0,
         description="Cost model: uncached tokens are charged this much extra (x their prefill cost): storing them"
         " evicts as many cached tokens from a full prefix cache, which someone re-prefills later.",

@@ -6,7 +6,14 @@ simulator, so all three predict with the same numbers. Pure Python.
 Profile JSON (what `kvserve profile` writes; the shared H200 profile has the same keys):
   block_size, kv_cache_tokens,
   prefill: [{prompt_tokens, cached_fraction, ttft_ms}],
-  decode:  [{context_tokens, batch, itl_ms}]
+  decode:  [{context_tokens, batch, itl_ms}],
+  prefill_ms_per_cached_token (optional; `kvserve profile` fits it, see `fit_cached_token_ms`)
+
+With `prefill_ms_per_cached_token`, prefill time = cold curve(new tokens) + that
+slope x the cached context the new tokens attend to: a cache hit is cheap, not
+free (on this CPU a cached token costs ~1/15 of a new one, which is most of a
+hit's TTFT). Without it (older profiles), every point is read as a cost of its
+uncached tokens alone.
 """
 
 from __future__ import annotations
@@ -37,12 +44,16 @@ class EngineProfile:
     # batch size -> decode step ms, per context length
     decode: dict[int, tuple[list[float], list[float]]]
     source: str = ""
+    cached_token_ms: float = 0.0  # prefill ms per cached context token the new tokens attend to
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "") -> EngineProfile:
-        # Prefill cost is driven by the uncached tokens; cached tokens cost ~nothing.
+        cached_ms = float(d.get("prefill_ms_per_cached_token", 0.0))
+        points = d["prefill"]
+        if cached_ms > 0:  # the curve is the cold points; hits add the context term
+            points = [p for p in points if not p.get("cached_fraction")] or points
         pts: dict[float, list[float]] = {}
-        for p in d["prefill"]:
+        for p in points:
             uncached = round(p["prompt_tokens"] * (1.0 - p.get("cached_fraction", 0.0)))
             pts.setdefault(float(uncached), []).append(float(p["ttft_ms"]))
         xs = sorted(pts)
@@ -58,14 +69,15 @@ class EngineProfile:
         for ctx, (bx, by) in list(dec.items()):
             order = sorted(range(len(bx)), key=bx.__getitem__)
             dec[ctx] = ([bx[i] for i in order], [by[i] for i in order])
-        return cls(int(d.get("block_size", 16)), int(d["kv_cache_tokens"]), xs, ys, dec, source)
+        return cls(int(d.get("block_size", 16)), int(d["kv_cache_tokens"]), xs, ys, dec, source, cached_ms)
 
     @classmethod
     def load(cls, path: str | Path) -> EngineProfile:
         return cls.from_dict(json.loads(Path(path).read_text()), source=str(path))
 
-    def prefill_ms_for(self, uncached_tokens: float) -> float:
-        return max(0.0, _interp(self.prefill_tokens, self.prefill_ms, max(uncached_tokens, 0.0)))
+    def prefill_ms_for(self, uncached_tokens: float, cached_context: float = 0.0) -> float:
+        cold = max(0.0, _interp(self.prefill_tokens, self.prefill_ms, max(uncached_tokens, 0.0)))
+        return cold + self.cached_token_ms * max(cached_context, 0.0)
 
     def prefill_ms_per_token(self) -> float:
         """Marginal prefill cost at the large end of the profile (the router's cost slope)."""
@@ -93,3 +105,21 @@ class EngineProfile:
             else:
                 hi = mid - 1
         return lo
+
+
+def fit_cached_token_ms(prefill: list[dict]) -> float:
+    """Extra TTFT of the warm points over the cold curve, per cached token (least squares through 0, >= 0).
+
+    Weighted by cached tokens, so the long cached contexts a real hit has dominate the noisy small ones.
+    """
+    cold = EngineProfile.from_dict({"prefill": [p for p in prefill if not p.get("cached_fraction")],
+                                    "decode": [], "kv_cache_tokens": 0})
+    extra = cached_total = 0.0
+    for p in prefill:
+        frac = p.get("cached_fraction") or 0.0
+        if frac <= 0:
+            continue
+        cached = p["prompt_tokens"] * frac
+        extra += p["ttft_ms"] - cold.prefill_ms_for(p["prompt_tokens"] - cached)
+        cached_total += cached
+    return max(extra / cached_total, 0.0) if cached_total else 0.0

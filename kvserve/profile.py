@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import date
 
 from kvserve.config import KVServeConfig
+from kvserve.perf_model import fit_cached_token_ms
 
 
 def _tokens(n: int, seed: int) -> list[int]:
@@ -97,6 +98,7 @@ async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[
         "block_size": int(cc.block_size),
         "kv_cache_tokens": kv_tokens,
         "prefill": prefill,
+        "prefill_ms_per_cached_token": round(fit_cached_token_ms(prefill), 5),
         "decode": decode,
     }
 

@@ -30,12 +30,14 @@ scorers, but in one unit -- milliseconds -- so terms add without weights:
   suffering); pricing committed context in prefill units makes a fully cached
   prefix spread once its home carries about
   (1 + cache_miss_weight) / active_token_weight more requests than another
-  replica (8 with the defaults).
+  replica (16 with the defaults).
 
 Defaults were picked in `kvserve sim` (2 replicas, 16 Zipf-1.1 tenants,
-1,000-token system prompts, 500 KV blocks each, H200 profile): active 0.25 /
-miss 1.0 gave hit rate 0.88 at share max/mean 1.01, vs 0.81 with no miss
-term and 0.84 with active 0.5.
+1,000-token system prompts; CPU profile at concurrency 8 over 10 seeds, H200
+profile at concurrency 16 and 64) together with the policy's home rules: miss
+3.0 / active 0.25 / home affinity 1.0 / spill bound 2 s gave hit rates 0.877 /
+~0.90 / ~0.87 against Ray's PrefixCacheAffinityRouter's 0.884 / ~0.91 / ~0.88
+at a more even share (docs/BENCHMARKS.md, "Router defaults").
 
 All functions are pure; parameters come from `RouterConfig`, whose two slopes
 can be filled from a measured `EngineProfile` (`config_from_profile`).

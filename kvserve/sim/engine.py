@@ -3,8 +3,8 @@
 Modelled on vLLM V1's scheduler, simplified where it does not move the numbers we study:
 - A step serves every decoding sequence one token plus prefill chunks of admitted
   prompts, within `max_batched_tokens`; at most `max_num_seqs` sequences run.
-- Step time = prefill_ms(prefill tokens of the step) + decode_step_ms(decoders, context)
-  from the measured `EngineProfile`.
+- Step time = prefill_ms(prefill tokens of the step, the context they attend to)
+  + decode_step_ms(decoders, context) from the measured `EngineProfile`.
 - KV blocks for prompt + output are reserved at admission (no preemption); a request
   whose blocks do not fit waits at the queue head (FCFS, like vLLM).
 - Prompt blocks become cached as their tokens are computed; a finished request's
@@ -232,7 +232,9 @@ class Replica:
             return None
         step_ms = 0.0
         if ptoks:
-            step_ms += self.profile.prefill_ms_for(ptoks)
+            # New tokens attend to what each request already holds (its cache hit, earlier chunks).
+            context = sum(r.prompt_tokens - r.remaining for r, _ in chunks) if self.profile.cached_token_ms else 0
+            step_ms += self.profile.prefill_ms_for(ptoks, context)
         if n_dec:
             step_ms += self.profile.decode_step_ms(n_dec, self.dec_prompt_sum / n_dec)
         k = 1

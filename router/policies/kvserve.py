@@ -119,6 +119,8 @@ class KVServePolicy(RoutingPolicy):
         # nothing from going there and must stay free to spread.
         family = self._family(request)
         home, settled_at = self._home.get(family, (None, 0.0))  # type: ignore[arg-type]
+        if home in costs and self._holds_within_spill(request, home):
+            return [home, *sorted((rid for rid in costs if rid != home), key=lambda rid: (costs[rid], rid))]
         if (home in costs and (now >= settled_at or self.index.confirms(home, family))
                 and costs[home] <= best * (1.0 + self.cfg.home_affinity) + 1e-9):
             rest = sorted((rid for rid in costs if rid != home), key=lambda rid: (costs[rid], rid))
@@ -129,6 +131,21 @@ class KVServePolicy(RoutingPolicy):
         self._rng.shuffle(ties)
         rest = sorted((rid for rid, c in costs.items() if c > limit), key=lambda rid: (costs[rid], rid))
         return ties + rest
+
+    def _holds_within_spill(self, request: RouteRequest, home: str) -> bool:
+        """Home holds the prompt's prefix and its predicted TTFT is under `spill_ttft_ms`: stay, whatever the rest.
+
+        Under saturation the replicas' predicted queues swing past each other; chasing the
+        shorter one moves tenants back and forth, every move a miss that adds prefill work and
+        evicts someone else. A fixed TTFT bound spills only what home cannot serve in time.
+        """
+        spill = self.cfg.spill_ttft_ms
+        last = self._last
+        if spill is None or last is None or last[0] != request.request_id:
+            return False
+        matches = last[1]
+        held = matches.get(home, 0)
+        return held > 0 and held >= max(matches.values()) and last[2][home][1] <= spill
 
     def _evaluate(
         self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float

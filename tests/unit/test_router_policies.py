@@ -82,8 +82,10 @@ def test_kvserve_does_not_shuffle_clear_winners():
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_kvserve_burst_on_one_hot_prefix_does_not_herd(seed):
-    """8 requests sharing one prefix arrive before any replica reports: they must not all land on one."""
-    p = KVServePolicy(RouterConfig(), seed=seed, block_size=BS)
+    """8 requests sharing one prefix arrive before any replica reports: with a light miss charge the
+    replicas are near-ties and the seeded shuffle spreads them."""
+    cfg = RouterConfig(cache_miss_weight=1.0, home_affinity=0.3, spill_ttft_ms=None)
+    p = KVServePolicy(cfg, seed=seed, block_size=BS)
     hot = system_prompt(3)
     replicas = ["a", "b", "c", "d"]
     counts: Counter[str] = Counter()
@@ -96,6 +98,24 @@ def test_kvserve_burst_on_one_hot_prefix_does_not_herd(seed):
     assert len(counts) >= 2 and max(counts.values()) <= 5, counts
 
 
+def test_kvserve_cold_burst_gathers_at_home_then_spreads_with_defaults():
+    """Default costs: followers of a cold burst wait for the leader's prefill at home (one prefill instead
+    of one per replica) until home's queue costs more than re-prefilling elsewhere; then they spread."""
+    p = KVServePolicy(RouterConfig(), seed=0, block_size=BS)
+    hot = system_prompt(4)
+    replicas = ["a", "b", "c", "d"]
+    placed: list[str] = []
+    for _ in range(24):
+        req = request(hot + question())
+        chosen = p.rank(req, [ReplicaLoad(r) for r in replicas], now=0.0)[0]
+        p.on_routed(req, chosen, now=0.0)
+        placed.append(chosen)
+    counts = Counter(placed)
+    home = placed[0]
+    assert placed[:4] == [home] * 4  # the cheapest place for the first followers is behind the leader
+    assert len(counts) >= 3 and counts[home] < 24 // 2, counts
+
+
 def test_kvserve_hot_prefix_spills_when_its_home_is_overloaded():
     p = KVServePolicy(RouterConfig(), seed=0, block_size=BS)
     hot = system_prompt(5)
@@ -103,7 +123,9 @@ def test_kvserve_hot_prefix_spills_when_its_home_is_overloaded():
     p.on_cache_snapshot("spare", [], now=0.0)
     req = hot + question()
     light = [ReplicaLoad("home", running=4, queued_prefill_tokens=200), ReplicaLoad("spare", running=4)]
-    heavy = [ReplicaLoad("home", running=30, queued_prefill_tokens=3000), ReplicaLoad("spare", running=4)]
+    # Spilling re-prefills ~1,000 tokens and evicts as much (cache_miss_weight 3): worth it once home's
+    # queue is several prompts deep.
+    heavy = [ReplicaLoad("home", running=30, queued_prefill_tokens=9000), ReplicaLoad("spare", running=4)]
     assert p.rank(request(req), light, now=1.0)[0] == "home"  # cache wins while home keeps up
     assert p.rank(request(req), heavy, now=1.0)[0] == "spare"  # re-prefilling elsewhere is cheaper now
     costs = p.costs(request(req), heavy, now=1.0)
@@ -380,3 +402,28 @@ def test_kvserve_incremental_known_load_equals_brute_force(ops):  # type: ignore
             live = [(q, r) for q, r in live if r != rids[k]]
         for load in reported + idle(*rids):
             assert p._known_load(load, now) == _brute_known_load(p, load, now)
+
+
+def _homed_policy(cfg: RouterConfig, hot: list[int]) -> KVServePolicy:
+    p = KVServePolicy(cfg, seed=0, block_size=BS)
+    for r in ("home", "other"):
+        p.on_cache_snapshot(r, chain_hashes(hot, BS), now=0.0)  # both replicas hold the prefix
+    first = request(hot + question())
+    p.rank(first, idle("home", "other"), now=0.0)
+    p.on_routed(first, "home", now=0.0)
+    p.on_finished(first, "home", now=1.0)
+    return p
+
+
+def test_kvserve_family_stays_home_under_the_spill_bound_however_short_other_queues_look():
+    """Below spill_ttft_ms a family does not chase the shorter queue (under saturation that ping-pongs
+    every tenant between replicas); above it, the cost model decides and it moves."""
+    hot = system_prompt(6)
+    queued = [ReplicaLoad("home", queued_prefill_tokens=800), ReplicaLoad("other")]  # ~1.5 s at home
+    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0), hot)
+    assert p.rank(request(hot + question()), queued, now=5.0)[0] == "home"
+    p = _homed_policy(RouterConfig(spill_ttft_ms=None), hot)
+    assert p.rank(request(hot + question()), queued, now=5.0)[0] == "other"
+    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0), hot)
+    deeper = [ReplicaLoad("home", queued_prefill_tokens=1500), ReplicaLoad("other")]  # ~2.9 s: over the bound
+    assert p.rank(request(hot + question()), deeper, now=5.0)[0] == "other"
