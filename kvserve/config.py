@@ -99,9 +99,9 @@ class RouterConfig(_Section):
         "(and duplicating their prefixes) on small load differences."
     )
     spill_ttft_ms: float | None = Field(
-        2000.0, gt=0, description="A prefix family stays on the replica holding its prefix while that replica's "
+        None, gt=0, description="A prefix family stays on the replica holding its prefix while that replica's "
         "predicted TTFT is under this bound, however short other queues look; above it, the cost model decides "
-        "(the hot prefix spills). None: off."
+        "(the hot prefix spills). Unset: the TTFT target, slo.ttft_p90_ms. A tiny value turns the rule off."
     )
     speculative_ttl_s: float = Field(
         10.0, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
@@ -225,6 +225,12 @@ class KVServeConfig(_Section):
     tenants: TenantsConfig = Field(default_factory=lambda: TenantsConfig(open_mode=True))
     server: ServerConfig = Field(default_factory=ServerConfig)
     app_name: str = Field("kvserve", pattern=r"^[a-z0-9-]+$")
+
+    @model_validator(mode="after")
+    def _spill_at_the_slo(self) -> KVServeConfig:
+        if self.router.spill_ttft_ms is None:
+            self.router.__dict__["spill_ttft_ms"] = self.slo.ttft_p90_ms
+        return self
 
 
 class ConfigError(ValueError):
