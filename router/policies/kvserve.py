@@ -111,20 +111,21 @@ class KVServePolicy(RoutingPolicy):
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
         costs = self.costs(request, replicas, now)
         best = min(costs.values())
-        # Stickiness: when the prefix's home is nearly as good as the best, stay there. A tenant
-        # whose prefix was evicted everywhere would otherwise move on a small load difference and
-        # end up cached on every replica, halving the cluster's effective cache.
-        # Not during a cold burst: while the family's last request is still predicted to be
-        # prefilling at home and the engine has not confirmed the prefix there, followers gain
-        # nothing from going there and must stay free to spread.
+        # Stickiness: a family stays on its home (the replica it last went to) when home holds its
+        # prefix and serves within the spill bound, or costs within `home_affinity` of the best.
+        # A tenant whose prefix was evicted everywhere would otherwise move on a small load
+        # difference and end up cached on every replica, halving the cluster's effective cache.
+        # The affinity rule waits out a cold burst: while the family's last request is still
+        # predicted to be prefilling at home and the engine has not confirmed the prefix there,
+        # followers gain nothing from going there and must stay free to spread.
         family = self._family(request)
         home, settled_at = self._home.get(family, (None, 0.0))  # type: ignore[arg-type]
-        if home in costs and self._holds_within_spill(request, home):
+        if home in costs and (
+            self._holds_within_spill(request, home)
+            or ((now >= settled_at or self.index.confirms(home, family))
+                and costs[home] <= best * (1.0 + self.cfg.home_affinity) + 1e-9)
+        ):
             return [home, *sorted((rid for rid in costs if rid != home), key=lambda rid: (costs[rid], rid))]
-        if (home in costs and (now >= settled_at or self.index.confirms(home, family))
-                and costs[home] <= best * (1.0 + self.cfg.home_affinity) + 1e-9):
-            rest = sorted((rid for rid in costs if rid != home), key=lambda rid: (costs[rid], rid))
-            return [home, *rest]
         limit = best * (1.0 + self.cfg.tie_tolerance) + 1e-9
         ties = [rid for rid, c in costs.items() if c <= limit]
         ties.sort()  # replicas' input order must not bias the seeded shuffle
@@ -175,14 +176,14 @@ class KVServePolicy(RoutingPolicy):
         assert last is not None
         self._last = None
         _, matches, evaluated = last
+        prefill_done_at = now + evaluated[replica_id][1] / 1000.0
         family = self._family(request)
         if family is not None:
-            self._home[family] = (replica_id, now + evaluated[replica_id][1] / 1000.0)
+            self._home[family] = (replica_id, prefill_done_at)
             self._home.move_to_end(family)
             if len(self._home) > self._max_homes:
                 self._home.popitem(last=False)
         uncached = max(request.num_prompt_tokens - matches.get(replica_id, 0) * self._block_size(request), 0)
-        prefill_done_at = now + evaluated[replica_id][1] / 1000.0
         context = request.num_prompt_tokens + request.expected_output_tokens
         mine = self._inflight.setdefault(replica_id, {})
         pending = self._pending.setdefault(replica_id, _Pending())
