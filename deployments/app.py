@@ -64,19 +64,22 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
 
 def build_app(args: dict) -> serve.Application:
     from deployments.ingress import Ingress
+    from autoscaling.serve_adapter import drain_options_for
     from deployments.replica import LLMReplica
 
     raw = args.get("config", args)
     cfg = raw if isinstance(raw, KVServeConfig) else KVServeConfig.model_validate(raw)
     config = cfg.model_dump(mode="json")
-    # Replicas get the config without the replica count, so resizing a deployment is a
-    # lightweight scale (no restart of the engines that keep serving).
-    replica_config = {**config, "num_replicas": 1}
-    replica = serve.deployment(LLMReplica).options(**replica_options(cfg)).bind(replica_config)
+    # Both deployments get the config without the replica count, so resizing is a lightweight
+    # scale: it restarts neither the engines that keep serving nor the ingress, whose restart
+    # would cut the streams it is relaying (the replica count is not read by either).
+    config_args = {**config, "num_replicas": 1}
+    replica = serve.deployment(LLMReplica).options(**replica_options(cfg)).bind(config_args)
     ingress = serve.deployment(Ingress).options(
         name="Ingress",
         num_replicas=1,
         ray_actor_options={"num_cpus": 0},
         max_ongoing_requests=max(cfg.server.max_ongoing_requests * 8, 256),
+        **drain_options_for(cfg),  # a config change that does replace it lets its streams finish
     )
-    return ingress.bind(replica, config)
+    return ingress.bind(replica, config_args)
