@@ -1,8 +1,9 @@
-"""Core CLI commands: serve, deploy, status, model prepare, config show/hash-key."""
+"""Core CLI commands: serve, deploy, status, model prepare, config show/hash-key, dashboard export/push."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from kvserve.config import ConfigError, KVServeConfig, load_config, redacted
 console = Console(stderr=True)
 model_app = typer.Typer(no_args_is_help=True, help="Prepare and inspect models.")
 config_app = typer.Typer(no_args_is_help=True, help="Show and check the effective config.")
+dashboard_app = typer.Typer(no_args_is_help=True, help="The Grafana dashboard: export the JSON or push it to Grafana.")
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (env KVSERVE_<SECTION>__<FIELD> overrides it).")
 
@@ -203,6 +205,53 @@ def profile_cmd(
     console.print(f"[green]wrote[/] {out}")
 
 
+def dashboard_export(
+    config: Optional[Path] = ConfigOpt,
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="File to write; `-` = stdout. Default: the chart's dashboards/kvserve.json in a "
+        "source checkout, else stdout."),
+) -> None:
+    """Write the Grafana dashboard JSON (SLO lines from the config's `slo`)."""
+    from kvserve.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
+
+    text = dashboard_text(build_dashboard(_load(config).slo))
+    if out is None and CHART_DASHBOARD.parent.is_dir():
+        out = CHART_DASHBOARD
+    if out is None or str(out) == "-":
+        sys.stdout.write(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(f"[green]wrote[/] {out}")
+
+
+def dashboard_push(
+    url: str = typer.Option(..., help="Grafana base URL, e.g. https://grafana.example.com (user:pass@ also works)."),
+    token_env: str = typer.Option("GRAFANA_TOKEN", help="Env variable holding a Grafana service-account token."),
+    folder_uid: Optional[str] = typer.Option(None, help="Folder to put the dashboard in (default: General)."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Create or overwrite the kvserve dashboard in Grafana through its HTTP API."""
+    from urllib.parse import urlsplit
+
+    from grafana_client.client import GrafanaException
+
+    from kvserve.dashboard import build_dashboard, push
+
+    parts = urlsplit(url)
+    host = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never echo user:pass from the URL
+    token = os.environ.get(token_env) or None  # a token never goes on the command line (shell history)
+    if token is None and not parts.password:
+        console.print(f"[red]no credentials: set ${token_env} to a Grafana token or put user:pass@ in --url[/red]")
+        raise typer.Exit(2)
+    try:
+        result = push(build_dashboard(_load(config).slo), url, token, folder_uid)
+    except (GrafanaException, OSError) as e:  # niquests' errors are OSErrors
+        console.print(f"[red]push to {host} failed: {e}[/red]")
+        raise typer.Exit(1) from None
+    console.print(f"[green]pushed[/] {host}{result.get('url', '')}")  # Grafana's url includes any sub-path
+
+
 def register(app: typer.Typer) -> None:
     app.command("profile")(profile_cmd)
     app.command("serve")(serve_cmd)
@@ -213,3 +262,6 @@ def register(app: typer.Typer) -> None:
     config_app.command("hash-key")(hash_key)
     app.add_typer(model_app, name="model")
     app.add_typer(config_app, name="config")
+    dashboard_app.command("export")(dashboard_export)
+    dashboard_app.command("push")(dashboard_push)
+    app.add_typer(dashboard_app, name="dashboard")

@@ -229,3 +229,19 @@ def load_values_from(over: dict) -> dict:
         yaml.safe_dump(over, f)
         f.flush()
         return load_values(f.name)
+
+
+def test_service_monitor_scrapes_the_ingress_metrics_on_the_head_alone():
+    """kvserve_* series come from the ingress's /metrics on the Serve port; every proxy answers it,
+    so only the head is scraped (otherwise per-pod sums would count each request once per proxy)."""
+    prod = CHART_DIR / "ci" / "gpu-production-values.yaml"
+    objs = _objects(prod)
+    svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-ingress-metrics"))
+    assert svc["spec"]["selector"]["ray.io/node-type"] == "head"
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["serve"]
+    sm = _one(prod, "ServiceMonitor")
+    assert {"port": "serve", "path": "/metrics"}.items() <= next(
+        e for e in sm["spec"]["endpoints"] if e["port"] == "serve").items()
+    components = {o["metadata"]["labels"].get("app.kubernetes.io/component") for o in objs if o["kind"] == "Service"}
+    (expr,) = sm["spec"]["selector"]["matchExpressions"]
+    assert {"metrics", "ingress-metrics"} <= components and set(expr["values"]) == {"metrics", "ingress-metrics"}
