@@ -78,7 +78,8 @@ def run(
     loads = [
         [
             ReplicaLoad(rid, ongoing=rng.randrange(8), waiting=rng.randrange(4), running=rng.randrange(32),
-                        queued_prefill_tokens=rng.randrange(4096), kv_usage=rng.random())
+                        queued_prefill_tokens=rng.randrange(4096), kv_usage=rng.random(),
+                        kv_capacity_tokens=blocks * BLOCK_TOKENS)  # footprint charge on
             for rid in ids
         ]
         for _ in range(16)

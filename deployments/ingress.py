@@ -315,7 +315,14 @@ class Ingress:
     async def config_route(self):
         from kvserve.config import redacted
 
-        return redacted(self.cfg)
+        cfg = self.cfg
+        if not cfg.autoscaling.enabled:
+            # We are bound without the replica count (a resize must not restart us), so report the
+            # replicas serving now: tools that redeploy from this config (bench) must keep the size.
+            live = len(await self.replica_stats())
+            if live:
+                cfg = cfg.model_copy(update={"num_replicas": live})
+        return redacted(cfg)
 
     @app.get("/metrics")
     async def metrics_route(self):

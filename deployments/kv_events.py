@@ -41,6 +41,10 @@ class KVEventCollector:
         with self._lock:
             return self.blocks.version, self.blocks.snapshot()
 
+    def prefix_blocks(self, hashes: list[int]) -> int:
+        with self._lock:
+            return self.blocks.prefix_blocks(hashes)
+
     def _run(self) -> None:
         import msgspec
         import zmq

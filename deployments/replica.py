@@ -25,6 +25,8 @@ log = logging.getLogger("kvserve.replica")
 
 # The pre-rendered (conversation, engine_inputs) of the request being served by this task.
 _PRERENDERED: contextvars.ContextVar[Any] = contextvars.ContextVar("kvserve_prerendered", default=None)
+# The kvserve request id of the request being served by this task (its prefill-backlog key).
+_SERVING: contextvars.ContextVar[str | None] = contextvars.ContextVar("kvserve_serving", default=None)
 
 
 def _error_payload(err: Any) -> tuple[int, dict]:
@@ -42,6 +44,7 @@ class LLMReplica:
     # Serve awaits an async constructor: the replica is only RUNNING once its engine is up.
     async def __init__(self, config: dict) -> None:  # type: ignore[misc]
         from deployments.kv_events import KVEventCollector, new_ipc_endpoint
+        from deployments.prefill_backlog import PrefillBacklog
         from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
 
         self.cfg = KVServeConfig.model_validate(config)
@@ -52,6 +55,8 @@ class LLMReplica:
         self.kv = KVEventCollector(endpoint, self.cfg.engine.block_size) if endpoint else None
         self.num_requests = 0
         self.aborted = 0
+        self.backlog = PrefillBacklog()
+        self.kv_capacity_tokens = 0
         self._ready = False
         self._init_task = None
         self._board = None
@@ -82,6 +87,10 @@ class LLMReplica:
         engine_args = AsyncEngineArgs.from_cli_args(self.args)
         engine_args.disable_log_stats = False  # our stat logger needs the scheduler stats
         self.engine = AsyncLLM.from_engine_args(engine_args, stat_loggers=[CounterStatLogger])
+        self._hook_first_output(self.engine)
+        # The engine core reports its block count at start-up; the router packs prefix families by it.
+        blocks = getattr(self.engine.vllm_config.cache_config, "num_gpu_blocks", None) or 0
+        self.kv_capacity_tokens = int(blocks) * self.cfg.engine.block_size
         if self.kv:
             self.kv.start()
         state = State()
@@ -134,6 +143,22 @@ class LLMReplica:
 
         setattr(serving, method, render)
 
+    def _hook_first_output(self, engine: Any) -> None:
+        """Clear a request's prefill backlog at the engine's first output, streaming or not."""
+        original, backlog = engine.generate, self.backlog
+
+        async def relay(outputs: Any, key: str | None) -> Any:
+            try:
+                async for out in outputs:
+                    if key is not None:
+                        backlog.done(key)
+                    yield out
+            finally:
+                await outputs.aclose()  # closing us aborts the engine request, as closing vLLM's would
+
+        # The key is read when vLLM calls generate(), in the request's own task context.
+        engine.generate = lambda *a, **kw: relay(original(*a, **kw), _SERVING.get())
+
     def _on_iteration(self, ttfts: list[float], itls: list[float], finished_tokens: list[int]) -> None:
         now = time.monotonic()
         for t in ttfts:
@@ -168,7 +193,9 @@ class LLMReplica:
             "blocks_version": version,
             "waiting": c.waiting,
             "running": c.running,
+            "queued_prefill_tokens": self.backlog.tokens,
             "kv_usage": c.kv_usage,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
         }
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
@@ -211,6 +238,8 @@ class LLMReplica:
             "warmed_prefixes": self.warmed_prefixes,
             "warm_s": round(self.warm_s, 2),
             "kv_events": self.kv.events_seen if self.kv else 0,
+            "queued_prefill_tokens": self.backlog.tokens,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
             **c,
             "window": self.window.to_stats_dict(),
         }
@@ -219,7 +248,19 @@ class LLMReplica:
         await self.ensure_started()
         self.num_requests += 1
         self.window.on_arrival(work.num_prompt_tokens)
-        yield META, {"replica_id": self.replica_id}
+        cached = self.kv.prefix_blocks(work.block_hashes) if self.kv else 0
+        self.backlog.arrived(work.request_id, work.num_prompt_tokens, cached, self.cfg.engine.block_size)
+        _SERVING.set(work.request_id)
+        served = self._serve(work)
+        try:
+            yield META, {"replica_id": self.replica_id}
+            async for item in served:
+                yield item
+        finally:
+            self.backlog.done(work.request_id)  # errors and aborts too, not just the first output
+            await served.aclose()  # a caller that went away aborts the engine request now, not at GC
+
+    async def _serve(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
         if isinstance(work, ChatWork):
             from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 

@@ -25,6 +25,7 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -
         "--block-size", str(e.block_size),
         "--max-num-seqs", str(e.max_num_seqs),
         "--max-num-batched-tokens", str(max(e.max_num_batched_tokens, 16)),
+        "--long-prefill-token-threshold", str(e.long_prefill_token_threshold),
         "--tensor-parallel-size", str(e.tensor_parallel_size),
         "--kv-cache-dtype", e.kv_cache_dtype,
         "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens

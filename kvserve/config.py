@@ -60,6 +60,11 @@ class EngineConfig(_Section):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     max_num_seqs: int = Field(32, ge=1, description="Continuous-batching width.")
     max_num_batched_tokens: int = Field(2048, ge=16, description="Token budget of one engine step (chunked prefill).")
+    long_prefill_token_threshold: int = Field(
+        0, ge=0, description="Cap on one request's prefill tokens per engine step while others are scheduled "
+        "(vLLM's long_prefill_token_threshold; 0 = off). A cap lets cached hits and decodes through while a "
+        "long cold prompt prefills: lower tail TTFT/ITL for chat, slightly slower cold prefills.",
+    )
     tensor_parallel_size: int = Field(1, ge=1)
     quantization: str | None = Field(None, description="awq, gptq, fp8, ... (GPU).")
     kv_cache_dtype: str = "auto"
@@ -123,6 +128,19 @@ class RouterConfig(_Section):
     )
     kv_pressure_weight: float = Field(
         1.0, ge=0, description="Cost model: extra charge on uncached tokens at 100% KV usage (x their prefill cost)."
+    )
+    footprint_weight: float = Field(
+        4.0, ge=0, description="Cost model: prefix tokens of other families that placing this prompt on a replica "
+        "would push out of its cache (the families that live there need more than its capacity) are charged this "
+        "much (x their prefill cost). Packs families so each replica's set fits its cache. 0 turns it off."
+    )
+    footprint_window_s: float = Field(
+        300.0, gt=0, description="A family counts towards its replica's cache footprint while it was routed "
+        "within this window."
+    )
+    footprint_headroom: float = Field(
+        0.95, gt=0, le=1, description="Fraction of a replica's KV cache that cached prefixes may fill (the rest "
+        "holds running requests' own blocks)."
     )
     stats_period_s: float = Field(0.5, gt=0, description="How often replicas report routing stats (cache + load).")
     stale_after_s: float = Field(10.0, gt=0, description="A replica silent for this long drops out of the index.")

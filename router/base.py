@@ -23,6 +23,7 @@ class ReplicaLoad:
     running: int = 0  # sequences in the engine's running batch
     queued_prefill_tokens: int = 0  # prompt tokens admitted but not yet prefilled
     kv_usage: float = 0.0  # fraction of KV blocks in use, 0..1
+    kv_capacity_tokens: int = 0  # the replica's whole KV cache in tokens (0: unknown)
     draining: bool = False  # chosen for removal: must get no new requests
 
 

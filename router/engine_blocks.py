@@ -19,6 +19,7 @@ class EngineBlockSet:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self._ours: dict[Hashable, int] = {}  # engine hash -> our chained hash
+        self._held: dict[int, int] = {}  # our hash -> engine blocks carrying it (for prefix lookups)
         self.version = 0  # bumps on every change (lets callers skip unchanged snapshots)
 
     def stored(self, engine_hashes: Sequence[Hashable], parent: Hashable | None, token_ids: Sequence[int]) -> None:
@@ -34,17 +35,35 @@ class EngineBlockSet:
             if len(toks) < bs:
                 break
             h = hash_block(h, toks)
-            self._ours[eh] = h
+            if eh not in self._ours:
+                self._held[h] = self._held.get(h, 0) + 1
+                self._ours[eh] = h
         self.version += 1
 
     def removed(self, engine_hashes: Sequence[Hashable]) -> None:
         for eh in engine_hashes:
-            self._ours.pop(eh, None)
+            h = self._ours.pop(eh, None)
+            if h is not None:
+                left = self._held[h] - 1
+                if left:
+                    self._held[h] = left
+                else:
+                    del self._held[h]
         self.version += 1
 
     def cleared(self) -> None:
         self._ours.clear()
+        self._held.clear()
         self.version += 1
+
+    def prefix_blocks(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of a prompt (our chained hashes) are held here."""
+        n = 0
+        for h in hashes:
+            if h not in self._held:
+                break
+            n += 1
+        return n
 
     def snapshot(self) -> list[int]:
         return list(self._ours.values())

@@ -94,7 +94,9 @@ class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             ongoing=ongoing,
             waiting=int(stats.get("waiting", 0)),
             running=int(stats.get("running", 0)),
+            queued_prefill_tokens=int(stats.get("queued_prefill_tokens", 0)),
             kv_usage=float(stats.get("kv_usage", 0.0)),
+            kv_capacity_tokens=int(stats.get("kv_capacity_tokens", 0)),
         )
 
     # -- Serve hooks ---------------------------------------------------------------------------

@@ -48,6 +48,7 @@ def sim(
     kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", min=1, help="KV capacity per replica in cache blocks (trace: 512-token blocks). Default for a trace: the trace's distinct blocks fill 70% of the cluster's cache (never below the largest request); otherwise the profile's kv_cache_tokens."),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Default: engine.max_num_seqs from config."),
     max_batched_tokens: Optional[int] = typer.Option(None, "--max-batched-tokens", help="Default: engine.max_num_batched_tokens from config."),
+    long_prefill_tokens: Optional[int] = typer.Option(None, "--long-prefill-tokens", min=0, help="Per-request prefill cap per step (vLLM long_prefill_token_threshold). Default: engine.long_prefill_token_threshold from config."),
     engine_start_s: Optional[float] = typer.Option(None, "--engine-start-s", help="Start-up delay of a new replica. Default: the profile's engine_start_s (else 30)."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Trace: multiply arrival times (0.5 = twice the rate)."),
     tenants: int = typer.Option(32, "--tenants"),
@@ -120,6 +121,7 @@ def sim(
         kv_blocks=kv,
         max_num_seqs=max_num_seqs or cfg.engine.max_num_seqs,
         max_batched_tokens=max_batched_tokens or cfg.engine.max_num_batched_tokens,
+        long_prefill_tokens=cfg.engine.long_prefill_token_threshold if long_prefill_tokens is None else long_prefill_tokens,
     )
     start_s = engine_start_s if engine_start_s is not None else float(prof_raw.get("engine_start_s", 30.0))
     setup = SimSetup(wl, prof, engine, cfg, replicas, seed, start_s, decision_interval_s)
@@ -131,6 +133,7 @@ def sim(
         "block_tokens": wl.block_size,
         "max_num_seqs": engine.max_num_seqs,
         "max_batched_tokens": engine.max_batched_tokens,
+        "long_prefill_tokens": engine.long_prefill_tokens,
         "slo": cfg.slo.model_dump(),
         "seed": seed,
     }

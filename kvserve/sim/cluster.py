@@ -148,7 +148,7 @@ class Cluster:
         if rep.state != SERVING:
             return
         w, run, q, kv = self.snap[rep.rid]
-        self.loads[rep.rid] = ReplicaLoad(rep.rid, rep.ongoing, w, run, q, kv)
+        self.loads[rep.rid] = ReplicaLoad(rep.rid, rep.ongoing, w, run, q, kv, rep.s.kv_blocks * rep.s.block_size)
 
     def _kick(self, rep: Replica, now: float) -> None:
         if rep.busy:

@@ -147,6 +147,9 @@ class EngineSettings:
     kv_blocks: int  # capacity per replica, in those blocks
     max_num_seqs: int
     max_batched_tokens: int
+    # vLLM's long_prefill_token_threshold: per-request prefill tokens per step while more than
+    # one request is running or waiting (0 = off).
+    long_prefill_tokens: int = 0
 
 
 STARTING, SERVING, DRAINING, GONE = "starting", "serving", "draining", "gone"
@@ -206,10 +209,13 @@ class Replica:
         budget = self.s.max_batched_tokens - n_dec
         chunks: list[tuple[SimRequest, int]] = []
         ptoks = 0
+        # vLLM applies the cap only when another request could use the budget.
+        cap = self.s.long_prefill_tokens if self.running + len(self.waiting) > 1 else 0
+        cap = cap or budget
         for r in self.prefilling:
             if budget <= 0:
                 break
-            c = min(r.remaining, budget)
+            c = min(r.remaining, budget, cap)
             chunks.append((r, c))
             budget -= c
             ptoks += c
@@ -224,7 +230,7 @@ class Replica:
             r.remaining = r.prompt_tokens - r.hit_tokens
             self.queued_prefill_tokens -= r.hit_tokens
             self.prefilling.append(r)
-            c = min(r.remaining, budget)
+            c = min(r.remaining, budget, cap)
             chunks.append((r, c))
             budget -= c
             ptoks += c

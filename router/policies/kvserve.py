@@ -5,7 +5,9 @@ fed by engine KV events plus speculative entries for what we just routed), ->
 uncached prompt tokens -> routing cost (`router.cost`): predicted TTFT,
 including prefill work this router sent there that the replica's stats do not
 show yet, plus the eviction a miss causes and the context this router has in
-flight there (Dynamo's decode-load term).
+flight there (Dynamo's decode-load term), plus the other families' prefixes a
+miss would push out of that replica's cache (`router.footprint`): families are
+packed so that the set living on each replica fits its cache.
 
 The minimum wins; replicas within `tie_tolerance` of it are shuffled with a
 seeded RNG, so a burst sharing one hot prefix spreads instead of herding onto
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.cost import CostParams, cost_terms_ms
+from router.footprint import Footprints
 from router.index import PrefixIndex
 
 
@@ -96,6 +99,7 @@ class KVServePolicy(RoutingPolicy):
         # Prefix family (hash of the prompt's second block) -> the replica it was last sent to.
         self._home: OrderedDict[int, tuple[str, float]] = OrderedDict()  # family -> (replica, prefill done at)
         self._max_homes = 100_000
+        self.footprints = Footprints(cfg.footprint_window_s)
 
     # ---- decision ----------------------------------------------------------
 
@@ -156,12 +160,18 @@ class KVServePolicy(RoutingPolicy):
         bs = self._block_size(request)
         prompt = request.num_prompt_tokens
         params, active = self.params, self._active
+        family, fp_weight = self._family(request), self.cfg.footprint_weight * params.prefill_ms_per_token
+        fp_tokens, headroom = len(request.block_hashes) * bs, self.cfg.footprint_headroom
         out: dict[str, tuple[float, float]] = {}
         for load in replicas:
             rid = load.replica_id
             queued, running = self._known_load(load, now)
             uncached = prompt - matches.get(rid, 0) * bs
-            out[rid] = cost_terms_ms(queued, running, load.kv_usage, uncached, active.get(rid, 0), params)
+            cost, ttft = cost_terms_ms(queued, running, load.kv_usage, uncached, active.get(rid, 0), params)
+            if fp_weight and load.kv_capacity_tokens and family is not None:
+                cost += fp_weight * self.footprints.overflow(
+                    rid, family, fp_tokens, load.kv_capacity_tokens * headroom, now)
+            out[rid] = (cost, ttft)
         self._last = (request.request_id, matches, out)
         return out
 
@@ -179,6 +189,7 @@ class KVServePolicy(RoutingPolicy):
         prefill_done_at = now + evaluated[replica_id][1] / 1000.0
         family = self._family(request)
         if family is not None:
+            self.footprints.record(family, replica_id, len(request.block_hashes) * self._block_size(request), now)
             self._home[family] = (replica_id, prefill_done_at)
             self._home.move_to_end(family)
             if len(self._home) > self._max_homes:
@@ -216,6 +227,7 @@ class KVServePolicy(RoutingPolicy):
         self._inflight.pop(replica_id, None)
         self._pending.pop(replica_id, None)
         self._active.pop(replica_id, None)
+        self.footprints.forget_replica(replica_id)
 
     # ---- helpers -----------------------------------------------------------
 

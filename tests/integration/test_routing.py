@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -73,6 +74,57 @@ def test_simultaneous_requests_spread_over_both_replicas(cluster):
         with cf.ThreadPoolExecutor(4) as pool:
             placed = Counter(pool.map(one, range(4)))
         assert sorted(placed.values()) == [2, 2], placed
+
+def test_replica_reports_its_prefill_backlog_in_tokens(cluster):
+    """While a cold ~1,500-token prompt prefills (seconds on CPU), its replica reports that work to
+    the routers (`queued_prefill_tokens`); once the first token is out the backlog is gone.
+    Non-streaming on purpose: the backlog must clear at the engine's first output, not at the response."""
+    import threading
+
+    prompt = " ".join(f"ledger line {i} records parcel {i * 31} for depot {i % 17}." for i in range(100))
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "ignore_eos": True}
+    seen: list[int] = []
+    status: list[int] = []
+    done = threading.Event()
+
+    def send() -> None:
+        try:
+            with cluster.client() as c:
+                status.append(c.post("/v1/completions", json=body).status_code)
+        finally:
+            done.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    deadline = time.monotonic() + 120
+    while not done.is_set() and time.monotonic() < deadline:
+        seen.append(max(int(s.get("queued_prefill_tokens", 0)) for s in cluster.stats()))
+        time.sleep(0.1)
+    sender.join(timeout=5)
+    assert status == [200], status
+    assert max(seen) > 1000, seen
+    deadline = time.monotonic() + 15  # stats are posted about once a second
+    while max(int(s.get("queued_prefill_tokens", 0)) for s in cluster.stats()) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert all(int(s.get("queued_prefill_tokens", -1)) == 0 for s in cluster.stats())
+
+
+def test_replicas_report_their_kv_capacity_for_footprint_packing(cluster):
+    """The router packs prefix families by each replica's KV capacity: the figure must be the engine's own
+    block count x block size, i.e. the cache budget / (bytes one token's K and V take in every layer)."""
+    import json
+
+    from kvserve.model import resolve_model_path
+
+    m = json.loads((Path(resolve_model_path(cluster.cfg.model)) / "config.json").read_text())
+    head_dim = m.get("head_dim") or m["hidden_size"] // m["num_attention_heads"]
+    bytes_per_token = 2 * m["num_hidden_layers"] * m["num_key_value_heads"] * head_dim * 4  # K+V, float32
+    bs = cluster.cfg.engine.block_size
+    want = int(cluster.cfg.engine.kv_cache_gib * 2**30 // bytes_per_token) // bs * bs
+    stats = cluster.stats()
+    assert len(stats) == 2
+    assert [s["kv_capacity_tokens"] for s in stats] == [want, want]
+
 
 @pytest.mark.slow
 def test_killing_a_replica_leaves_routing_working(cluster):

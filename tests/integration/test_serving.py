@@ -187,6 +187,11 @@ def test_keys_never_served_in_clear(cluster):
     assert all(k not in text for k in KEYS.values())
 
 
+def test_served_config_carries_the_live_replica_count(cluster):
+    """`kvserve bench --policies` redeploys from this config: a wrong count would silently bench one replica."""
+    assert httpx.get(cluster.url + "/kvserve/config").json()["num_replicas"] == 2
+
+
 def test_overload_gets_503_not_a_hang(cluster):
     """More concurrent requests than replicas x max_ongoing + queue: the excess is refused at once."""
     import concurrent.futures as cf

@@ -226,7 +226,10 @@ def test_steady_load_through_a_latency_plant_settles_without_flapping(
     left_in_violation: list[int] = []
     # With a profile an SLO-driven step waits for the window to refresh (look_back_s) after the
     # previous rise, so climbing max_replicas one step at a time takes up to ~15 x 41 ticks.
-    for t in range(800 if with_profile else 400):
+    # Without one a comfortable fleet sheds one replica per downscale delay, and may do that
+    # twice (down to a count that breaks the SLO, up in proportion, down to the remembered floor).
+    ticks = (800 if with_profile else 400) + 2 * cfg.max_replicas * int(cfg.downscale_delay_s + 1)
+    for t in range(ticks):
         ms = plant(rate, current, mu, ttft0, itl0)
         new = policy.decide(step(float(t), current, ms)).replicas
         assert all(new > bad for bad in left_in_violation), (traj, new)

@@ -65,3 +65,42 @@ def test_concurrent_duplicate_block_stays_private() -> None:
     kv.release(b)
     kv.release(a)
     assert kv.used == 0 and list(kv.lru) == [2, 1]
+
+
+def _replica(cap: int):
+    from kvserve.perf_model import EngineProfile
+    from kvserve.sim.engine import EngineSettings, Replica
+
+    linear = EngineProfile.from_dict({
+        "block_size": 4, "kv_cache_tokens": 4096,
+        "prefill": [{"prompt_tokens": 1, "ttft_ms": 1.0}, {"prompt_tokens": 1000, "ttft_ms": 1000.0}],
+        "decode": [{"context_tokens": 512, "batch": 1, "itl_ms": 10.0}, {"context_tokens": 512, "batch": 64, "itl_ms": 10.0}],
+    })
+    return Replica("r", linear, EngineSettings(4, 1024, 8, 1000, long_prefill_tokens=cap), created=0.0)
+
+
+def _run(rep, reqs) -> None:
+    now = 0.0
+    for r in reqs:
+        rep.enqueue(r)
+    while rep.has_work():
+        now = rep.plan_step(now)
+        rep.end_step(now)
+
+
+def test_long_prefill_cap_lets_a_short_prompt_past_a_long_one() -> None:
+    """vLLM's long_prefill_token_threshold: with another request scheduled, a long prompt prefills
+    at most `cap` tokens a step, so a short prompt admitted with it gets its first token after one short
+    step instead of after the long prompt's whole prefill."""
+    for cap, short_ttft, long_ttft in ((0, 840, 840), (200, 240, 840)):
+        rep = _replica(cap)
+        long, short = SimRequest(0, 0.0, 800, 1, [], 200), SimRequest(1, 0.0, 40, 1, [], 10)
+        _run(rep, [long, short])
+        assert (round(short.first_token * 1000), round(long.first_token * 1000)) == (short_ttft, long_ttft), cap
+
+
+def test_long_prefill_cap_does_not_apply_to_a_request_alone() -> None:
+    rep = _replica(200)
+    alone = SimRequest(0, 0.0, 800, 1, [], 200)
+    _run(rep, [alone])
+    assert round(alone.first_token * 1000) == 800  # one step: nobody to let through
