@@ -152,6 +152,7 @@ class LLMReplica:
                 async for out in outputs:
                     if key is not None:
                         backlog.done(key)
+                        key = None  # once: later outputs are decode tokens
                     yield out
             finally:
                 await outputs.aclose()  # closing us aborts the engine request, as closing vLLM's would

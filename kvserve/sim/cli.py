@@ -65,6 +65,8 @@ def sim(
     decision_interval_s: float = typer.Option(1.0, "--decision-interval-s", help="How often the autoscaler is asked."),
     ttft_slo_ms: Optional[float] = typer.Option(None, "--ttft-slo-ms", help="Default: slo.ttft_p90_ms from config."),
     itl_slo_ms: Optional[float] = typer.Option(None, "--itl-slo-ms", help="Default: slo.itl_p90_ms from config."),
+    partition_oracle: int = typer.Option(0, "--partition-oracle", min=0, help="Routing mode, 2 replicas, multi-tenant: also simulate the N best-ranked static tenant splits (share within --partition-max-share) and report the one with the lowest p90 TTFT as `partition_oracle` -- a hindsight bound for routers that keep each tenant on one replica."),
+    partition_max_share: float = typer.Option(1.25, "--partition-max-share", min=1.0, help="Request share max/mean the partition oracle must keep."),
     config: Optional[Path] = typer.Option(None, "--config", help="kvserve YAML config (router, slo, autoscaling, engine sections)."),
     seed: int = typer.Option(0, "--seed"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON."),
@@ -79,8 +81,8 @@ def sim(
     from kvserve.sim import plots
     from kvserve.sim.engine import EngineSettings
     from kvserve.sim.runner import (
-        PACKAGED_PROFILE, TRACE_CACHE_FILL, SimSetup, compare_autoscalers, compare_policies, default_kv_blocks,
-        router_config_for,
+        PACKAGED_PROFILE, TRACE_CACHE_FILL, SimSetup, add_partition_oracle, compare_autoscalers, compare_policies,
+        default_kv_blocks, router_config_for,
     )
     from kvserve.sim.workloads import TenantMix, generated, load_trace
     from router.registry import policy_names
@@ -164,6 +166,11 @@ def sim(
             if unknown:
                 raise typer.BadParameter(f"unknown policies {unknown}; known: {', '.join(policy_names())}", param_hint="--policies")
             out, results = compare_policies(setup, names, progress)
+            if partition_oracle:
+                try:
+                    add_partition_oracle(setup, out, results, partition_oracle, partition_max_share)
+                except ValueError as exc:
+                    raise typer.BadParameter(str(exc), param_hint="--partition-oracle") from exc
     out["workload"] = params
 
     if scaling_mode:

@@ -132,6 +132,28 @@ def compare_policies(
     return _split(summary, ROUTING_KEYS, "policies", time.perf_counter() - t0), results
 
 
+def add_partition_oracle(
+    setup: SimSetup, out: dict[str, Any], results: dict[str, RunResult], candidates: int, max_share: float
+) -> None:
+    """Adds the `partition_oracle` row (`sim.partition_oracle`: best static tenant split, in hindsight) to `out`."""
+    from kvserve.sim.partition_oracle import best_static_partition
+
+    t0 = time.perf_counter()
+    split, res = best_static_partition(setup, candidates, max_share)
+    row = routing_summary(res, setup, hit_bounds(setup))
+    results["partition_oracle"] = res
+    out["policies"]["partition_oracle"] = {k: row[k] for k in ROUTING_KEYS}
+    out["details"]["partition_oracle"] = {
+        **{k: v for k, v in row.items() if k not in ROUTING_KEYS},
+        "hindsight": True,
+        "candidates": candidates,
+        "max_share": max_share,
+        "replica_1_tenants": sorted(t for t, side in split.side.items() if side),
+        "overflow_requests": split.overflow,
+    }
+    out["sim_wall_s"] += time.perf_counter() - t0
+
+
 def _split(summary: dict[str, dict[str, Any]], keys: tuple[str, ...], section: str, wall_s: float) -> dict[str, Any]:
     """The agreed JSON keys per entry under `section`; everything else under `details`."""
     return {

@@ -1,0 +1,132 @@
+"""Hindsight bound for partitioning routers: the best static tenant -> replica split, found by simulation.
+
+A router that keeps every tenant on one replica (Ray's PrefixCacheAffinityRouter,
+and kvserve's once its families settle) is at best a static partition of the
+tenants. This module knows the whole workload in advance -- every tenant's
+request count -- and searches the partitions of two replicas:
+
+1. every split whose request share max/mean is within `max_share`;
+2. ranked by overflow: requests of the tenants whose prefixes do not fit their
+   side's KV cache once the more popular tenants there are placed (those are
+   the tenants that will be evicted and come back cold);
+3. the `candidates` best-ranked splits are simulated (same engines, same
+   workload) and the one with the lowest p90 TTFT wins.
+
+Picking the winner on the very run it is scored on makes it optimistic: no
+online router that partitions tenants can expect to beat it. It is a bound on
+that family of routers, not on every router (one that moves or duplicates
+tenants over time is not covered).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvserve.sim.cluster import Cluster, RunResult
+from kvserve.sim.engine import SimRequest
+from kvserve.sim.metrics import percentile
+from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
+
+
+class StaticPartitionPolicy(RoutingPolicy):
+    """Sends each tenant to a fixed replica (its index among the replica ids, sorted)."""
+
+    name = "static_partition"
+
+    def __init__(self, side: dict[str, int]) -> None:
+        self.side = side
+
+    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
+        ids = sorted(load.replica_id for load in replicas)
+        home = ids[self.side.get(request.tenant, 0) % len(ids)]
+        return [home, *(rid for rid in ids if rid != home)]
+
+
+@dataclass(frozen=True)
+class Split:
+    side: dict[str, int]  # tenant -> 0 or 1
+    share: float  # request share max/mean
+    overflow: int  # requests of tenants that do not fit their side's cache
+
+
+def prefix_blocks(requests: Sequence[SimRequest]) -> dict[str, int]:
+    """Per tenant: the leading blocks all its requests share (its system prompt's full blocks)."""
+    shared: dict[str, list[int]] = {}
+    for r in requests:
+        hashes = list(r.block_hashes)
+        prev = shared.get(r.tenant)
+        if prev is None:
+            shared[r.tenant] = hashes
+            continue
+        n = 0
+        while n < min(len(prev), len(hashes)) and prev[n] == hashes[n]:
+            n += 1
+        shared[r.tenant] = prev[:n]
+    return {t: len(h) for t, h in shared.items()}
+
+
+def overflow(counts: dict[str, int], blocks: dict[str, int], tenants: Sequence[str], capacity: int) -> int:
+    """Requests of `tenants` that miss the cache: the most popular are kept until `capacity` blocks are used."""
+    used, out = 0, 0
+    for t in sorted(tenants, key=lambda t: (-counts[t], t)):
+        if used + blocks[t] <= capacity:
+            used += blocks[t]
+        else:
+            out += counts[t]
+    return out
+
+
+def candidate_splits(requests: Sequence[SimRequest], kv_blocks: int, max_share: float) -> list[Split]:
+    """Two-replica splits within `max_share`, fewest overflow requests first (tenant order breaks ties)."""
+    counts = Counter(r.tenant for r in requests)
+    tenants = sorted(counts)
+    if len(tenants) < 2:
+        raise ValueError("the partition oracle needs a workload with at least two tenants")
+    if len(tenants) > 20:
+        raise ValueError(f"{len(tenants)} tenants: too many splits to enumerate (at most 20)")
+    blocks = prefix_blocks(requests)
+    total = sum(counts.values())
+    # Room for the prefixes: the cache less one running request's private blocks per concurrent sequence is
+    # not known here, so keep the whole cache; ranking only orders the splits that get simulated.
+    out = []
+    for mask in range(0, 2 ** (len(tenants) - 1)):  # tenants[-1] always on side 0: each split once
+        side = {t: (mask >> i) & 1 for i, t in enumerate(tenants)}
+        ones = [t for t in tenants if side[t]]
+        zeros = [t for t in tenants if not side[t]]
+        if not ones:
+            continue
+        a = sum(counts[t] for t in ones)
+        share = max(a, total - a) / (total / 2)
+        if share > max_share + 1e-9:
+            continue
+        spill = overflow(counts, blocks, ones, kv_blocks) + overflow(counts, blocks, zeros, kv_blocks)
+        out.append(Split(side, share, spill))
+    out.sort(key=lambda s: (s.overflow, s.share, sorted(t for t, v in s.side.items() if v)))
+    return out
+
+
+def ttft_p90_ms(res: RunResult) -> float:
+    served = [r for r in res.requests if r.first_token is not None and not r.failed]
+    return percentile([(r.first_token - r.arrival) * 1000.0 for r in served], 90) or 0.0  # type: ignore[operator]
+
+
+def best_static_partition(setup, candidates: int = 100, max_share: float = 1.25) -> tuple[Split, RunResult]:  # type: ignore[no-untyped-def]
+    """Simulate the `candidates` best-ranked splits of `setup` (a `runner.SimSetup`); the lowest p90 TTFT wins."""
+    if setup.replicas != 2:
+        raise ValueError("the partition oracle searches two-replica splits only")
+    splits = candidate_splits(setup.workload.requests, setup.engine.kv_blocks, max_share)[: max(candidates, 1)]
+    if not splits:
+        raise ValueError(f"no split of the tenants keeps the request share within {max_share}")
+    best: tuple[float, Split, RunResult] | None = None
+    for split in splits:
+        res = Cluster(
+            setup.workload, setup.profile, setup.engine, StaticPartitionPolicy(split.side),
+            replicas=2, router_cfg=setup.cfg.router, name="partition_oracle",
+        ).run()
+        p90 = ttft_p90_ms(res)
+        if best is None or p90 < best[0]:
+            best = (p90, split, res)
+    assert best is not None
+    return best[1], best[2]
