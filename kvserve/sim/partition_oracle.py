@@ -88,8 +88,8 @@ def candidate_splits(requests: Sequence[SimRequest], kv_blocks: int, max_share: 
         raise ValueError(f"{len(tenants)} tenants: too many splits to enumerate (at most 20)")
     blocks = prefix_blocks(requests)
     total = sum(counts.values())
-    # Room for the prefixes: the cache less one running request's private blocks per concurrent sequence is
-    # not known here, so keep the whole cache; ranking only orders the splits that get simulated.
+    # The whole cache counts as room for prefixes (running requests' own blocks are ignored): the ranking only
+    # orders the splits; the simulation of each one decides.
     out = []
     for mask in range(0, 2 ** (len(tenants) - 1)):  # tenants[-1] always on side 0: each split once
         side = {t: (mask >> i) & 1 for i, t in enumerate(tenants)}
