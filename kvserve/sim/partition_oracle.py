@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from kvserve.sim.cluster import Cluster, RunResult
 from kvserve.sim.engine import SimRequest
-from kvserve.sim.metrics import percentile
+from kvserve.sim.metrics import latency_summary
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 
 
@@ -107,11 +107,6 @@ def candidate_splits(requests: Sequence[SimRequest], kv_blocks: int, max_share: 
     return out
 
 
-def ttft_p90_ms(res: RunResult) -> float:
-    served = [r for r in res.requests if r.first_token is not None and not r.failed]
-    return percentile([(r.first_token - r.arrival) * 1000.0 for r in served], 90) or 0.0  # type: ignore[operator]
-
-
 def best_static_partition(setup, candidates: int = 100, max_share: float = 1.25) -> tuple[Split, RunResult]:  # type: ignore[no-untyped-def]
     """Simulate the `candidates` best-ranked splits of `setup` (a `runner.SimSetup`); the lowest p90 TTFT wins."""
     if setup.replicas != 2:
@@ -125,7 +120,7 @@ def best_static_partition(setup, candidates: int = 100, max_share: float = 1.25)
             setup.workload, setup.profile, setup.engine, StaticPartitionPolicy(split.side),
             replicas=2, router_cfg=setup.cfg.router, name="partition_oracle",
         ).run()
-        p90 = ttft_p90_ms(res)
+        p90 = latency_summary(res.requests, res.itl)["ttft_p90_ms"] or 0.0
         if best is None or p90 < best[0]:
             best = (p90, split, res)
     assert best is not None
