@@ -10,8 +10,9 @@ safety net:
       them) and the trend is the look-back rate's slope, counted only when it has risen
       over three consecutive 15 s segments (a ramp, not a step: a step's look-back rate
       looks like a 30 s ramp, and extrapolating it would over-provision). The start-up
-      time is measured from the replicas the policy asked for. Scale-down goes straight
-      to the modelled demand once the wish has lasted `downscale_delay_s`.
+      time is measured from the replicas the policy asked for. Scale-down is planned on
+      the look-back rate alone (the recent rate's noise would keep restarting the delay)
+      and goes straight to the modelled demand once the wish has lasted `downscale_delay_s`.
   (a) SLO error r = max(p90 TTFT / target, p90 ITL / target) over the fleet (per-replica
       p90s weighted by request rate). r > 1 vetoes every scale-down; it adds replicas
       (ceil(current * min(r, 2)), at least one more) only once the fleet has settled --
@@ -24,7 +25,7 @@ Without a profile, the SLO error alone drives it, as before:
         r < hysteresis              -> one replica fewer, provided that the load-scaled
                                        r * n/(n-1) would still be below hysteresis.
 Then: an overload memory (the per-replica rate that once broke the SLO, planned at
-`hysteresis` of it) vetoes scale-downs that would recreate that overload -- this is
+`hysteresis` of it without a profile, at the rate itself with one) vetoes scale-downs that would recreate that overload -- this is
 what stops 1 -> 2 -> 1 -> 2 flapping on a steady load when latency is steep in load
 (or when the profile is optimistic); min/max bounds; at most `max_step` replicas per
 decision; upscale/downscale delays (a wish must persist that long, as in Ray Serve).
@@ -257,6 +258,12 @@ class KVServePolicy(ScalingPolicy):
         if not self.overload_rps_per_replica or sig.rate_rps <= 0:
             return 0
         # Capped: the floor only ever limits a scale-down to at most `current` anyway.
+        if self.profile is not None:
+            # The capacity model already plans each replica at `headroom`; planning the memory at
+            # `hysteresis` as well compounded the two margins (0.8 x 0.6) and held a replica the
+            # load never needed. The floor only forbids a per-replica rate at the overload's or above.
+            x = min(sig.rate_rps / self.overload_rps_per_replica, 1e6)
+            return math.floor(x * (1 + 1e-9)) + 1  # (the epsilon: rate / (rate / n) can come out just below n)
         x = min(sig.rate_rps / (self.overload_rps_per_replica * self.cfg.hysteresis), 1e6)
         return math.ceil(x * (1 - 1e-12))
 
@@ -278,13 +285,18 @@ class KVServePolicy(ScalingPolicy):
         predicted = self.predicted_rate(sig, inp.now)
         cap_n = self.capacity_demand(sig, predicted)
         desired = max(slo_n, cap_n)
+        if desired <= current:
+            # Shrinking is planned on the look-back rate. The recent rate is there to see a
+            # step up at once; over a few seconds its Poisson noise crosses a replica boundary
+            # every minute or so, and each crossing would restart the downscale delay.
+            settled_rate = sig.rate_rps + self.rate_trend(inp.now) * (self.startup_s + cfg.upscale_delay_s)
+            desired = max(slo_n, self.capacity_demand(sig, settled_rate))
         if desired < current:
-            floor_sig = FleetSignals(max(sig.rate_rps, sig.recent_rate_rps), *dataclasses.astuple(sig)[1:])
-            desired = max(desired, min(self.memory_floor(floor_sig), current))
+            desired = max(desired, min(self.memory_floor(sig), current))
             if self.profile is not None and sig.waiting > 0:
                 # Queued requests are demand too: keep capacity to drain them within a window
                 # (shrinking onto a backlogged replica would route new requests behind it).
-                backlog = max(sig.rate_rps, sig.recent_rate_rps) + sig.waiting / self.cfg.look_back_s
+                backlog = sig.rate_rps + sig.waiting / self.cfg.look_back_s
                 desired = max(desired, min(self.capacity_demand(sig, backlog), current))
         # Learn: a comfortable fleet at a higher per-replica rate than the remembered overload
         # proves the memory stale (e.g. prompts got shorter), so raise it.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from autoscaling.policies.fixed_max import FixedMaxPolicy
 from autoscaling.policies.kvserve import KVServePolicy
 from autoscaling.policies.serve_default import ServeDefaultPolicy
 from autoscaling.registry import autoscaler_names, make_autoscaler
+from autoscaling.window import WindowMetrics
 from kvserve.config import AutoscalingConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
 
@@ -311,6 +313,58 @@ def test_overload_memory_prevents_the_one_two_one_flap():
     assert policy.decide(step(1, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
     # When the load really falls, it may.
     assert policy.decide(step(2, 2, fleet(2, 4.0, 100.0, 20.0))).replicas == 1
+
+
+def _with_recent(ms: list[ReplicaMetrics], recent_total: float) -> list[ReplicaMetrics]:
+    return [WindowMetrics(**dataclasses.asdict(m), recent_requests_per_s=recent_total / len(ms)) for m in ms]
+
+
+def test_recent_rate_noise_does_not_restart_the_downscale_delay():
+    """The look-back rate needs 2 replicas; the 5 s recent rate flickers across the 3-replica
+    boundary every few ticks (Poisson noise). Shrinking is planned on the look-back rate, so
+    the downscale wish persists and lands after its delay."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=6, upscale_delay_s=10, downscale_delay_s=30)
+    policy = KVServePolicy(cfg, SLO, PROFILE)
+    from autoscaling.capacity import per_replica_capacity
+
+    per = per_replica_capacity(PROFILE, 300, 100, SLO.ttft_p90_ms, SLO.itl_p90_ms, cfg.headroom).per_replica_rps
+    lookback, spike = 1.5 * per, 2.2 * per  # 2 replicas vs 3 replicas
+    decisions = []
+    for t in range(40):
+        recent = spike if t % 4 == 0 else lookback
+        ms = _with_recent(fleet(3, lookback, ttft=200.0, itl=30.0), recent)
+        decisions.append(policy.decide(step(float(t), 3, ms)).replicas)
+    assert decisions[:30] == [3] * 30
+    assert decisions[30] == 2
+
+
+def test_recent_rate_still_scales_up_at_once():
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=6, upscale_delay_s=0, max_step=6)
+    policy = KVServePolicy(cfg, SLO, PROFILE)
+    from autoscaling.capacity import per_replica_capacity
+
+    per = per_replica_capacity(PROFILE, 300, 100, SLO.ttft_p90_ms, SLO.itl_p90_ms, cfg.headroom).per_replica_rps
+    ms = _with_recent(fleet(1, 0.5 * per, ttft=200.0, itl=30.0), 2.5 * per)  # a step: only the recent rate sees it
+    assert policy.decide(step(0.0, 1, ms)).replicas == 3
+
+
+def test_with_a_profile_the_overload_memory_forbids_only_the_overload_rate():
+    """The memory is learnt at 2 req/s per replica. With a profile the capacity model has its own
+    headroom, so the floor stops a return to >= 2 req/s per replica, not to 0.6 of it."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=8, downscale_delay_s=0, hysteresis=0.6)
+    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy.overload_rps_per_replica = 2.0
+    assert policy.memory_floor(policy_sig(fleet(3, 3.9, 100.0, 20.0))) == 2  # 1.95 per replica at 2
+    assert policy.memory_floor(policy_sig(fleet(3, 4.0, 100.0, 20.0))) == 3  # exactly the overload at 2
+    no_profile = KVServePolicy(cfg, SLO, None)
+    no_profile.overload_rps_per_replica = 2.0
+    assert no_profile.memory_floor(policy_sig(fleet(3, 3.9, 100.0, 20.0))) == 4  # planned at 0.6 x 2 req/s
+
+
+def policy_sig(ms: list[ReplicaMetrics]):
+    from autoscaling.policies.kvserve import fleet_signals
+
+    return fleet_signals(ms)
 
 
 def test_state_round_trips_through_plain_dicts():
