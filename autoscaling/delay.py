@@ -19,7 +19,9 @@ class DelayGate:
     direction: int = 0  # +1 wanting up, -1 wanting down, 0 content
     since: float | None = None  # when the current wish started
 
-    def apply(self, desired: int, current: int, now: float) -> int:
+    def apply(self, desired: int, current: int, now: float, hold_down: bool = False) -> int:
+        """`hold_down`: a scale-down wish keeps its clock but must not act at this decision
+        (it acts at the first later one without the hold, if its delay has passed by then)."""
         want = (desired > current) - (desired < current)
         if want == 0:
             self.direction, self.since = 0, None
@@ -27,7 +29,7 @@ class DelayGate:
         if want != self.direction or self.since is None:
             self.direction, self.since = want, now
         delay = self.upscale_delay_s if want > 0 else self.downscale_delay_s
-        if now - self.since + 1e-9 >= delay:
+        if now - self.since + 1e-9 >= delay and not (want < 0 and hold_down):
             self.direction, self.since = 0, None
             return desired
         return current

@@ -16,6 +16,7 @@ exposed on the context as `raw_metrics[key][ReplicaID] -> [TimeStampedValue]`.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ from kvserve.perf_model import EngineProfile
 POLICY_IMPORT_PATH = "autoscaling.serve_adapter:SLOAutoscalingPolicy"
 PROFILE_KEYS = ("block_size", "kv_cache_tokens", "prefill", "decode")
 STATE_KEY = "kvserve"  # our sub-dict of Serve's policy_state (Serve keeps its own "__decision_*" keys)
+logger = logging.getLogger("ray.serve")
 
 
 def _latest(series: Any) -> float | None:
@@ -101,8 +103,13 @@ class SLOAutoscalingPolicy:
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
         self.policy.set_state(dict((ctx.policy_state or {}).get(STATE_KEY, {})))
-        decision = self.policy.decide(scaling_input_from_context(ctx))
+        inp = scaling_input_from_context(ctx)
+        decision = self.policy.decide(inp)
         self.last_reason = decision.reason
+        if decision.replicas != inp.current_replicas:
+            # Serve logs that it scaled; operators also need to know why.
+            logger.info("kvserve autoscaler (%s): %d -> %d replicas: %s",
+                        self.policy.name, inp.current_replicas, decision.replicas, decision.reason)
         return decision.replicas, {STATE_KEY: self.policy.get_state()}
 
 

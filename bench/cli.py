@@ -73,13 +73,14 @@ def bench(
     token_ids: bool = typer.Option(False, "--token-ids", help="Send prompts as token-id lists, not text."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer path/id (default: the model's)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results JSON here."),
+    requests_jsonl: Optional[Path] = typer.Option(None, "--requests-jsonl", help="Write one JSON line per measured request (policy, tenant, replica, sent_s, ttft_ms, cached_tokens, ...)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="TTFT CDF PNG (default: next to --json)."),
     timeline: Optional[Path] = typer.Option(None, "--timeline", help="Per-second load/TTFT/replicas JSON (+ PNG)."),
 ) -> None:
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
     from bench.client import auth_headers, is_loopback_url
     from bench.plots import plot_timeline, plot_ttft_cdf
-    from bench.report import comparison_table, write_json
+    from bench.report import comparison_table, write_json, write_requests_jsonl
     from bench.runner import ReplayOptions, default_deploy, run_policies
     from bench.prepare import LoadSpec, apply_load, build_workload, load_tokenizer, parse_policies, warmup_requests
     from bench.timeline import timeline_json
@@ -151,6 +152,9 @@ def bench(
     if json_out:
         write_json(json_out, runs, params)
         console.print(f"wrote {json_out}")
+    if requests_jsonl:
+        write_requests_jsonl(requests_jsonl, runs)
+        console.print(f"wrote {requests_jsonl}")
     plot_path = plot or (json_out.with_suffix(".ttft_cdf.png") if json_out else None)
     if plot_path:
         plot_ttft_cdf(runs, plot_path, title=f"TTFT CDF — {wl.name}")

@@ -52,6 +52,33 @@ def write_json(path: str | Path, runs: Sequence[PolicyRun], workload: dict[str, 
     Path(path).write_text(json.dumps(result_json(runs, workload), indent=2) + "\n")
 
 
+def request_rows(run: PolicyRun) -> list[dict[str, Any]]:
+    """One record per measured request, in send order: what a per-request analysis needs
+    (which replica, how much came from cache, when it was sent relative to the run's first send)."""
+    t0 = min((r.start for r in run.results), default=0.0)
+
+    def ms(s: float | None) -> float | None:
+        return None if s is None else round(s * 1000.0, 3)
+
+    return [
+        {
+            "policy": run.policy, "idx": r.idx, "tenant": r.tenant, "replica": r.replica,
+            "sent_s": round(r.start - t0, 6), "ttft_ms": ms(r.ttft_s), "e2e_ms": ms(r.e2e_s),
+            "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens,
+            "output_tokens": r.output_tokens, "ok": r.ok, "error": r.error,
+        }
+        for r in sorted(run.results, key=lambda r: (r.start, r.idx))
+    ]
+
+
+def write_requests_jsonl(path: str | Path, runs: Sequence[PolicyRun]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with Path(path).open("w") as f:
+        for run in runs:
+            for row in request_rows(run):
+                f.write(json.dumps(row) + "\n")
+
+
 def _cell(value: Any, base: Any, fmt: str, lower_better: bool, with_ratio: bool) -> str:
     if value is None:
         return "-"

@@ -11,14 +11,17 @@ safety net:
       over three consecutive 15 s segments (a ramp, not a step: a step's look-back rate
       looks like a 30 s ramp, and extrapolating it would over-provision). The start-up
       time is measured from the replicas the policy asked for. Scale-down is planned on
-      the look-back rate alone (the recent rate's noise would keep restarting the delay)
-      and goes straight to the modelled demand once the wish has lasted `downscale_delay_s`.
+      the look-back rate (the recent rate's noise would keep restarting the delay), does
+      not act while the recent rate alone asks for more (a step's first seconds), and goes
+      straight to the modelled demand once the wish has lasted `downscale_delay_s`.
   (a) SLO error r = max(p90 TTFT / target, p90 ITL / target) over the fleet (per-replica
       p90s weighted by request rate). r > 1 vetoes every scale-down; it adds replicas
       (ceil(current * min(r, 2)), at least one more) only once the fleet has settled --
       nothing starting and `look_back_s` since the serving count last rose -- because a
       backlog queued on old replicas during a start-up does not move to new ones, and its
-      latencies stay in the window for `look_back_s`.
+      latencies stay in the window for `look_back_s`. Below `MIN_P90_SAMPLES` requests
+      in the window with nothing queued, r > 1 only holds (a fresh replica's first cold
+      prompts are not an overload, and would teach the overload memory a bogus rate).
 Without a profile, the SLO error alone drives it, as before:
         r > 1                       -> ceil(current * r)    (scale up in proportion)
         hysteresis <= r <= 1        -> current              (hold; veto scale-down)
@@ -53,6 +56,7 @@ TREND_SEGMENT_S = 15.0  # the trend must hold over 3 consecutive segments of thi
 HISTORY_S = 3 * TREND_SEGMENT_S + 5.0
 FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
 MAX_SLO_FACTOR = 2.0  # an SLO-driven upscale at most doubles the fleet per settle period
+MIN_P90_SAMPLES = 10  # requests in the look-back window before a p90 above target may add replicas
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,10 @@ def _weighted(pairs: Sequence[tuple[float, float]]) -> float | None:
     total = sum(w for _, w in pairs)
     if total <= 0:
         return sum(v for v, _ in pairs) / len(pairs)
-    return sum(v * w for v, w in pairs) / total
+    # Clamped to the values' range: rounding must not lift one replica's p90 of exactly the
+    # target (v * w / w) above it, which would read as a violation.
+    lo, hi = min(v for v, _ in pairs), max(v for v, _ in pairs)
+    return min(max(sum(v * w for v, w in pairs) / total, lo), hi)
 
 
 def fleet_signals(metrics: Sequence[ReplicaMetrics]) -> FleetSignals:
@@ -169,6 +176,10 @@ class KVServePolicy(ScalingPolicy):
                 return 0, "idle"
             return current, "no latency samples yet: hold"
         if r > 1:
+            if sig.rate_rps * self.cfg.look_back_s < MIN_P90_SAMPLES and sig.waiting == 0:
+                # A p90 over a handful of requests is their maximum: one cold prompt on an idle
+                # fleet, which more replicas would not make faster (nothing is queued).
+                return current, f"slo r={r:.2f} from fewer than {MIN_P90_SAMPLES} requests, none queued: hold"
             if inp.running_replicas < current:
                 # Replicas still starting: the latency they will remove is not measured yet.
                 return current, f"slo r={r:.2f} but scale-up in progress"
@@ -285,12 +296,16 @@ class KVServePolicy(ScalingPolicy):
         predicted = self.predicted_rate(sig, inp.now)
         cap_n = self.capacity_demand(sig, predicted)
         desired = max(slo_n, cap_n)
+        recent_holds = False
         if desired <= current:
-            # Shrinking is planned on the look-back rate. The recent rate is there to see a
-            # step up at once; over a few seconds its Poisson noise crosses a replica boundary
-            # every minute or so, and each crossing would restart the downscale delay.
+            # The downscale clock runs on the look-back rate: over a few seconds the recent
+            # rate's Poisson noise crosses a replica boundary every minute or so, and each
+            # crossing would restart the delay. But a shrink never *acts* while the recent rate
+            # alone asks for more (the start of a load step, which the look-back rate lags).
             settled_rate = sig.rate_rps + self.rate_trend(inp.now) * (self.startup_s + cfg.upscale_delay_s)
-            desired = max(slo_n, self.capacity_demand(sig, settled_rate))
+            settled = max(slo_n, self.capacity_demand(sig, settled_rate))
+            recent_holds = settled < desired
+            desired = settled
         if desired < current:
             desired = max(desired, min(self.memory_floor(sig), current))
             if self.profile is not None and sig.waiting > 0:
@@ -305,10 +320,12 @@ class KVServePolicy(ScalingPolicy):
             self.overload_rps_per_replica = max(self.overload_rps_per_replica, sig.rate_rps / current)
         desired = clamp(limit_step(clamp(desired, cfg.min_replicas, cfg.max_replicas), current, cfg.max_step),
                         cfg.min_replicas, cfg.max_replicas)
-        out = clamp(self.gate.apply(desired, current, inp.now), cfg.min_replicas, cfg.max_replicas)
+        out = clamp(self.gate.apply(desired, current, inp.now, hold_down=recent_holds), cfg.min_replicas, cfg.max_replicas)
         if out > current and slo_n >= cap_n and slo_n > current and sig.rate_rps > MIN_RATE_RPS and current > 0:
             self.overload_rps_per_replica = sig.rate_rps / current
         reason = f"{slo_why}; predicted {predicted:.1f} req/s -> capacity={cap_n}; desired={desired}"
+        if recent_holds and desired < current:
+            reason += " (held: the recent rate needs more)"
         return Decision(out, reason if out != current or desired == current else reason + " (delayed)")
 
     def get_state(self) -> dict[str, Any]:

@@ -70,6 +70,7 @@ def sim(
     config: Optional[Path] = typer.Option(None, "--config", help="kvserve YAML config (router, slo, autoscaling, engine sections)."),
     seed: int = typer.Option(0, "--seed"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON."),
+    requests_jsonl: Optional[Path] = typer.Option(None, "--requests-jsonl", help="Write one JSON line per simulated request, with the fields of `kvserve bench --requests-jsonl`."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG path (default: next to --json)."),
 ) -> None:
     """Simulate a cluster of replicas with the production routing/autoscaling policy code."""
@@ -186,6 +187,11 @@ def sim(
     if json_out is not None:
         json_out.write_text(json.dumps(out, indent=1) + "\n")
         console.print(f"wrote {json_out}")
+    if requests_jsonl is not None:
+        from kvserve.sim.metrics import write_requests_jsonl
+
+        write_requests_jsonl(requests_jsonl, results)
+        console.print(f"wrote {requests_jsonl}")
     png = plot or (json_out.with_suffix(".png") if json_out is not None else None)
     if png is not None:
         if scaling_mode:

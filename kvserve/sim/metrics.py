@@ -118,3 +118,34 @@ def share_max_over_mean(counts: Sequence[int]) -> float | None:
     if not counts or sum(counts) == 0:
         return None
     return max(counts) / (sum(counts) / len(counts))
+
+
+def request_rows(policy: str, requests: Sequence[SimRequest]) -> list[dict]:
+    """One record per simulated request, in arrival order, with `kvserve bench --requests-jsonl`'s fields."""
+
+    def ms(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round((b - a) * 1000.0, 3)
+
+    t0 = min((r.arrival for r in requests), default=0.0)
+    return [
+        {
+            "policy": policy, "idx": r.idx, "tenant": r.tenant, "replica": r.replica,
+            "sent_s": round(r.arrival - t0, 6), "ttft_ms": ms(r.arrival, r.first_token),
+            "e2e_ms": ms(r.arrival, r.finished), "prompt_tokens": r.prompt_tokens, "cached_tokens": r.hit_tokens,
+            "output_tokens": r.generated, "ok": not r.failed and r.finished is not None,
+            "error": "failed" if r.failed else None,
+        }
+        for r in sorted(requests, key=lambda r: (r.arrival, r.idx))
+    ]
+
+
+def write_requests_jsonl(path, results) -> None:  # type: ignore[no-untyped-def]
+    """`results`: name -> RunResult (anything with `.requests`)."""
+    import json
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with Path(path).open("w") as f:
+        for name, res in results.items():
+            for row in request_rows(name, res.requests):
+                f.write(json.dumps(row) + "\n")

@@ -338,6 +338,47 @@ def test_recent_rate_noise_does_not_restart_the_downscale_delay():
     assert decisions[30] == 2
 
 
+def test_a_due_shrink_waits_while_the_recent_rate_needs_the_replicas():
+    """The look-back rate (lagging a load step) asks for 1 replica, the recent rate for the 2 in
+    place: the shrink's delay runs out but it does not act; once the recent rate agrees it acts
+    at once, without a new delay."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, upscale_delay_s=5, downscale_delay_s=30)
+    policy = KVServePolicy(cfg, SLO, PROFILE)
+    from autoscaling.capacity import per_replica_capacity
+
+    per = per_replica_capacity(PROFILE, 300, 100, SLO.ttft_p90_ms, SLO.itl_p90_ms, cfg.headroom).per_replica_rps
+    step_start = _with_recent(fleet(2, 0.3 * per, ttft=200.0, itl=30.0), 1.5 * per)
+    quiet = _with_recent(fleet(2, 0.3 * per, ttft=200.0, itl=30.0), 0.3 * per)
+    assert [policy.decide(step(float(t), 2, step_start)).replicas for t in range(60)] == [2] * 60
+    d = policy.decide(step(60.0, 2, quiet))
+    assert d.replicas == 1, d.reason
+
+
+@pytest.mark.parametrize("with_profile", [False, True])
+def test_a_p90_over_a_handful_of_requests_does_not_add_replicas(with_profile):
+    """0.3 req/s over a 30 s window: 9 requests, whose p90 is their slowest (a fresh replica's
+    cold prompt). Nothing is queued, so the policy holds; it adds a replica once the same p90
+    comes from enough requests, or while requests are queued."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, upscale_delay_s=0, look_back_s=30)
+
+    def decide(rate, waiting=0):
+        policy = make_kvserve(cfg, with_profile)
+        return policy.decide(step(0.0, 1, fleet(1, rate, ttft=1600.0, itl=30.0, prompt=100, output=20,
+                                                waiting=waiting)))
+
+    held = decide(0.3)
+    assert held.replicas == 1 and "fewer than 10 requests" in held.reason
+    assert policy_overload_unset(cfg, with_profile, 0.3)
+    assert decide(0.3, waiting=2).replicas == 2
+    assert decide(1.0).replicas == 2
+
+
+def policy_overload_unset(cfg, with_profile, rate) -> bool:
+    policy = make_kvserve(cfg, with_profile)
+    policy.decide(step(0.0, 1, fleet(1, rate, ttft=1600.0, itl=30.0, prompt=100, output=20)))
+    return policy.overload_rps_per_replica is None
+
+
 def test_recent_rate_still_scales_up_at_once():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=6, upscale_delay_s=0, max_step=6)
     policy = KVServePolicy(cfg, SLO, PROFILE)

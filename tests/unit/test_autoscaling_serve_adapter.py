@@ -127,6 +127,22 @@ def test_through_serves_wrapper_scales_up_after_the_delay_and_keeps_state():
     json.dumps(state)  # plain data
 
 
+def test_a_scaling_decision_is_logged_with_its_reason(caplog):
+    cfg = kv_cfg(upscale_delay_s=0.0)
+    serve_cfg, _ = serve_policy(cfg)
+    policy = SLOAutoscalingPolicy(autoscaling=cfg.autoscaling.model_dump(), slo=cfg.slo.model_dump())
+    with caplog.at_level("INFO", logger="ray.serve"):
+        n, _ = policy(context(serve_cfg, {"a": [replica_stats(2500.0)]}, target=1))
+    assert n == 3
+    lines = [r.getMessage() for r in caplog.records if "kvserve autoscaler" in r.getMessage()]
+    assert len(lines) == 1 and "1 -> 3 replicas" in lines[0] and "slo r=2.50 > 1" in lines[0]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="ray.serve"):
+        policy(context(serve_cfg, {"a": [replica_stats(800.0)], "b": [replica_stats(800.0)], "c": [replica_stats(800.0)]},
+                       target=3))  # within target: no change, nothing logged
+    assert not [r for r in caplog.records if "kvserve autoscaler" in r.getMessage()]
+
+
 def test_no_reports_hold_the_current_target():
     serve_cfg, policy = serve_policy(kv_cfg())
     n, _ = policy(context(serve_cfg, {}, target=2, running=0, ongoing=0.0))

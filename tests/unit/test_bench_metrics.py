@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bench.client import RequestResult
 from bench.metrics import meets_slo, percentile, share_max_over_mean, summarize
-from bench.report import JSON_KEYS, comparison_table, result_json
+from bench.report import JSON_KEYS, comparison_table, result_json, write_requests_jsonl
 from bench.runner import PolicyRun
 from bench.server_stats import parse_stats, prefix_hit_rate
 from bench.timeline import StatsSample, build_timeline
@@ -115,6 +115,23 @@ def test_json_has_exactly_the_issue_keys():
         assert tuple(v) == JSON_KEYS
     assert out["policies"]["kvserve"]["ttft_p50_ms"] == pytest.approx(55.0)
     assert out["policies"]["pow2"]["errors"] == 0
+
+
+def test_requests_jsonl_one_line_per_request_in_send_order(tmp_path):
+    import json
+
+    a = _ok(0, 10.5, 0.2, [0.01], "r1")
+    a.tenant, a.prompt_tokens, a.cached_tokens = "t3", 1030, 1008
+    b = _err(1, 10.0, "http_503", 503)
+    run = PolicyRun("kvserve", summarize([a, b], slo_ttft_ms=1000, slo_itl_ms=100, duration_s=1.0), [a, b])
+    path = tmp_path / "req.jsonl"
+    write_requests_jsonl(path, [run, _run("pow2", [100])])
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["policy"], r["idx"]) for r in rows] == [("kvserve", 1), ("kvserve", 0), ("pow2", 0)]
+    first, second = rows[0], rows[1]
+    assert first["ok"] is False and first["error"] == "http_503" and first["ttft_ms"] is None and first["sent_s"] == 0.0
+    assert second["sent_s"] == pytest.approx(0.5) and second["ttft_ms"] == pytest.approx(200.0)
+    assert (second["tenant"], second["replica"], second["cached_tokens"]) == ("t3", "r1", 1008)
 
 
 def test_comparison_table_shows_ratios_vs_first():

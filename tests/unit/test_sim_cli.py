@@ -42,6 +42,24 @@ def test_routing_json_has_the_agreed_keys(tmp_path: Path) -> None:
     assert (tmp_path / "out.png").stat().st_size > 0
 
 
+def test_requests_jsonl_has_every_simulated_request(tmp_path: Path) -> None:
+    trace = _tiny_trace(tmp_path / "t.jsonl")
+    out = tmp_path / "req.jsonl"
+    r = CliRunner().invoke(app, ["sim", "--trace", str(trace), "--replicas", "2", "--policies", "round_robin,kvserve",
+                                 "--requests-jsonl", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(row["policy"], row["idx"]) for row in rows] == [("round_robin", i) for i in range(4)] + [("kvserve", i) for i in range(4)]
+    for row in rows:
+        assert row["ok"] and row["replica"] is not None
+        assert 0 < row["ttft_ms"] <= row["e2e_ms"]
+        assert 0 <= row["cached_tokens"] < row["prompt_tokens"]
+    rr = [row for row in rows if row["policy"] == "round_robin"]
+    assert [row["sent_s"] for row in rr] == [0.0, 0.1, 0.25, 0.4]
+    assert [row["prompt_tokens"] for row in rr] == [1500, 1100, 600, 2000]
+    assert [row["output_tokens"] for row in rr] == [5, 3, 4, 2]
+
+
 def test_unknown_policy_is_refused(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["sim", "--trace", str(_tiny_trace(tmp_path / "t.jsonl")), "--policies", "nope"])
     assert r.exit_code != 0
