@@ -52,6 +52,11 @@ def write_json(path: str | Path, runs: Sequence[PolicyRun], workload: dict[str, 
     Path(path).write_text(json.dumps(result_json(runs, workload), indent=2) + "\n")
 
 
+# The fields of one `--requests-jsonl` record; `kvserve sim --requests-jsonl` writes the same.
+REQUEST_FIELDS = ("policy", "idx", "tenant", "replica", "sent_s", "ttft_ms", "e2e_ms", "prompt_tokens",
+                  "cached_tokens", "output_tokens", "ok", "error")
+
+
 def request_rows(run: PolicyRun) -> list[dict[str, Any]]:
     """One record per measured request, in send order: what a per-request analysis needs
     (which replica, how much came from cache, when it was sent relative to the run's first send)."""

@@ -28,17 +28,17 @@ Without a profile, the SLO error alone drives it, as before:
         r < hysteresis              -> one replica fewer, provided that the load-scaled
                                        r * n/(n-1) would still be below hysteresis.
 Then: an overload memory (the per-replica rate that once broke the SLO, planned at
-`hysteresis` of it without a profile, at the rate itself with one) vetoes scale-downs that would recreate that overload -- this is
-what stops 1 -> 2 -> 1 -> 2 flapping on a steady load when latency is steep in load
-(or when the profile is optimistic); min/max bounds; at most `max_step` replicas per
-decision; upscale/downscale delays (a wish must persist that long, as in Ray Serve).
+`hysteresis` of it without a profile, at the rate itself with one) vetoes scale-downs
+that would recreate that overload -- this is what stops 1 -> 2 -> 1 -> 2 flapping on a
+steady load when latency is steep in load (or when the profile is optimistic); min/max
+bounds; at most `max_step` replicas per decision; upscale/downscale delays (a wish must
+persist that long, as in Ray Serve).
 No metrics at all -> hold (except from zero replicas with requests waiting: cold
 start to one).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -268,7 +268,7 @@ class KVServePolicy(ScalingPolicy):
     def memory_floor(self, sig: FleetSignals) -> int:
         if not self.overload_rps_per_replica or sig.rate_rps <= 0:
             return 0
-        # Capped: the floor only ever limits a scale-down to at most `current` anyway.
+        # The ratio is capped: the floor only ever limits a scale-down to at most `current` anyway.
         if self.profile is not None:
             # The capacity model already plans each replica at `headroom`; planning the memory at
             # `hysteresis` as well compounded the two margins (0.8 x 0.6) and held a replica the

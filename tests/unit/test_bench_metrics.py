@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bench.client import RequestResult
 from bench.metrics import meets_slo, percentile, share_max_over_mean, summarize
-from bench.report import JSON_KEYS, comparison_table, result_json, write_requests_jsonl
+from bench.report import JSON_KEYS, REQUEST_FIELDS, comparison_table, result_json, write_requests_jsonl
 from bench.runner import PolicyRun
 from bench.server_stats import parse_stats, prefix_hit_rate
 from bench.timeline import StatsSample, build_timeline
@@ -128,6 +128,7 @@ def test_requests_jsonl_one_line_per_request_in_send_order(tmp_path):
     write_requests_jsonl(path, [run, _run("pow2", [100])])
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(r["policy"], r["idx"]) for r in rows] == [("kvserve", 1), ("kvserve", 0), ("pow2", 0)]
+    assert all(tuple(r) == REQUEST_FIELDS for r in rows)
     first, second = rows[0], rows[1]
     assert first["ok"] is False and first["error"] == "http_503" and first["ttft_ms"] is None and first["sent_s"] == 0.0
     assert second["sent_s"] == pytest.approx(0.5) and second["ttft_ms"] == pytest.approx(200.0)

@@ -50,7 +50,10 @@ def test_requests_jsonl_has_every_simulated_request(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(row["policy"], row["idx"]) for row in rows] == [("round_robin", i) for i in range(4)] + [("kvserve", i) for i in range(4)]
+    from bench.report import REQUEST_FIELDS
+
     for row in rows:
+        assert tuple(row) == REQUEST_FIELDS  # the same records as a live bench run
         assert row["ok"] and row["replica"] is not None
         assert 0 < row["ttft_ms"] <= row["e2e_ms"]
         assert 0 <= row["cached_tokens"] < row["prompt_tokens"]
