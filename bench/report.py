@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from rich.table import Table
 
@@ -76,12 +76,16 @@ def request_rows(run: PolicyRun) -> list[dict[str, Any]]:
     ]
 
 
-def write_requests_jsonl(path: str | Path, runs: Sequence[PolicyRun]) -> None:
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """One JSON object per line (also `kvserve sim --requests-jsonl`'s writer)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with Path(path).open("w") as f:
-        for run in runs:
-            for row in request_rows(run):
-                f.write(json.dumps(row) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def write_requests_jsonl(path: str | Path, runs: Sequence[PolicyRun]) -> None:
+    write_jsonl(path, (row for run in runs for row in request_rows(run)))
 
 
 def _cell(value: Any, base: Any, fmt: str, lower_better: bool, with_ratio: bool) -> str:

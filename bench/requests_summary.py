@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bench.metrics import percentile
+from bench.metrics import percentile, share_max_over_mean
 
 COLD_CACHED_FRACTION = 0.5  # a request with less than this fraction of its prompt cached counts as cold
 
@@ -48,7 +48,6 @@ def summarize_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     tenants: dict[str, set[str]] = defaultdict(set)
     for r in ok:
         tenants[r["tenant"]].add(r["replica"])
-    share = max(per_replica.values()) * len(per_replica) / len(ok) if ok else None
     return {
         "requests": len(ok),
         "ttft_p50_ms": percentile([r["ttft_ms"] for r in ok], 50),
@@ -58,7 +57,7 @@ def summarize_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "cold_ttft_p90_ms": percentile(cold, 90),
         "hit_ttft_p50_ms": percentile(hit, 50),
         "hit_ttft_p90_ms": percentile(hit, 90),
-        "share_max_over_mean": share,
+        "share_max_over_mean": share_max_over_mean(dict(per_replica)),
         "tenants_on_several_replicas": sum(1 for reps in tenants.values() if len(reps) > 1),
         "duration_s": max((r["sent_s"] + (r["e2e_ms"] or 0.0) / 1000.0 for r in ok), default=0.0),
     }

@@ -188,9 +188,10 @@ def sim(
         json_out.write_text(json.dumps(out, indent=1) + "\n")
         console.print(f"wrote {json_out}")
     if requests_jsonl is not None:
-        from kvserve.sim.metrics import write_requests_jsonl
+        from bench.report import write_jsonl
+        from kvserve.sim.metrics import request_rows
 
-        write_requests_jsonl(requests_jsonl, results)
+        write_jsonl(requests_jsonl, (row for name, res in results.items() for row in request_rows(name, res.requests)))
         console.print(f"wrote {requests_jsonl}")
     png = plot or (json_out.with_suffix(".png") if json_out is not None else None)
     if png is not None:

@@ -137,15 +137,3 @@ def request_rows(policy: str, requests: Sequence[SimRequest]) -> list[dict]:
         }
         for r in sorted(requests, key=lambda r: (r.arrival, r.idx))
     ]
-
-
-def write_requests_jsonl(path, results) -> None:  # type: ignore[no-untyped-def]
-    """`results`: name -> RunResult (anything with `.requests`)."""
-    import json
-    from pathlib import Path
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with Path(path).open("w") as f:
-        for name, res in results.items():
-            for row in request_rows(name, res.requests):
-                f.write(json.dumps(row) + "\n")
