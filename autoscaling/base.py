@@ -33,6 +33,10 @@ class ScalingInput:
     running_replicas: int  # replicas serving now
     metrics: Sequence[ReplicaMetrics]  # may be empty: the policy must then hold
     total_ongoing: float = 0.0  # ongoing requests across the deployment (Serve's own signal)
+    # Requests waiting at the routers because every replica had `max_ongoing_requests`
+    # (Serve's `total_queued_requests`, a mean over the look-back window). The replicas'
+    # arrival rates never saw them: at saturation they count what the replicas admit.
+    queued_requests: float = 0.0
 
 
 @dataclass(frozen=True)

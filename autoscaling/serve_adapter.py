@@ -73,12 +73,14 @@ def scaling_input_from_context(ctx: AutoscalingContext) -> ScalingInput:
     stats = replica_stats_from_context(ctx)
     metrics: list[ReplicaMetrics] = [metrics_from_stats(uid, s) for uid, s in sorted(stats.items())]
     total = ctx.total_num_requests
+    queued = ctx.total_queued_requests
     return ScalingInput(
         now=ctx.current_time if ctx.current_time is not None else time.time(),
         current_replicas=int(ctx.target_num_replicas),
         running_replicas=int(ctx.current_num_replicas),
         metrics=metrics,
         total_ongoing=float(total) if total is not None and math.isfinite(total) else 0.0,
+        queued_requests=float(queued) if queued is not None and math.isfinite(queued) else 0.0,
     )
 
 
@@ -146,6 +148,9 @@ def autoscaling_config_for(
         return out
     # Delays live in the pure policy (same code as in the simulator); Serve's are turned off.
     out.update(upscale_delay_s=0.0, downscale_delay_s=0.0)
+    # `total_queued_requests` as the look-back window's peak, not its mean: the policy reads the
+    # routers' queue's growth as arrivals the full replicas never saw, and a mean lags a step.
+    out["aggregation_function"] = "max"
     out["policy"] = {
         "policy_function": POLICY_IMPORT_PATH,
         "policy_kwargs": {

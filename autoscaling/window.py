@@ -35,6 +35,7 @@ STAT_KEYS: tuple[str, ...] = (
     "kvserve_kv_usage",
     "kvserve_requests_per_s",
     "kvserve_recent_requests_per_s",  # arrivals over the last `recent_s` only: sees a load step at once
+    "kvserve_recent_admitted_per_s",  # requests received over the last `recent_s`, whenever they arrived
     "kvserve_prompt_tokens_per_s",
     "kvserve_output_tokens_per_s",
     "kvserve_mean_prompt_tokens",
@@ -51,6 +52,9 @@ class WindowMetrics(ReplicaMetrics):
     seconds) is what lets the policy act on demand before latency degrades."""
 
     recent_requests_per_s: float | None = None
+    # Requests this replica received over the last few seconds, however long they had waited
+    # at the router: with every replica full, the fleet's service rate.
+    recent_admitted_per_s: float | None = None
 
 
 def percentile_nearest_rank(values: Iterable[float], q: float) -> float | None:
@@ -81,7 +85,8 @@ class _TimedRing:
 @dataclass
 class _Bucket:
     start: float
-    arrivals: int = 0
+    arrivals: int = 0  # by when the request arrived at the router
+    admitted: int = 0  # by when this replica received it
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completions: int = 0
@@ -127,8 +132,33 @@ class SignalWindow:
         # Out-of-order timestamps (rare) land in the newest bucket rather than reordering.
         return self._buckets[-1]
 
-    def on_arrival(self, prompt_tokens: int, cached_tokens: int = 0, now: float | None = None) -> None:
-        b = self._bucket(self._now(now))
+    def _bucket_at(self, t: float) -> _Bucket:
+        """The bucket holding an earlier time `t` (kept in order; made if it had no events)."""
+        start = math.floor(t / self._bucket_s) * self._bucket_s
+        if not self._buckets or self._buckets[-1].start <= start:
+            return self._bucket(t)
+        i = len(self._buckets) - 1
+        while i >= 0 and self._buckets[i].start > start:
+            i -= 1
+        if i >= 0 and self._buckets[i].start == start:
+            return self._buckets[i]
+        self._buckets.insert(i + 1, _Bucket(start))
+        return self._buckets[i + 1]
+
+    def on_arrival(
+        self, prompt_tokens: int, cached_tokens: int = 0, now: float | None = None, waited_s: float = 0.0
+    ) -> None:
+        """`waited_s`: how long the request waited at the router for room on a replica. It is
+        counted when it arrived there, so a queue flushed onto a new replica reads as the load
+        it was, not as a burst of arrivals. An arrival from before this window (or before this
+        replica started: its rates divide by its age) is not counted as one: the autoscaler saw
+        it as the routers' queue growing."""
+        t = self._now(now)
+        self._bucket(t).admitted += 1
+        arrived = t - max(waited_s, 0.0)
+        if arrived < max(t - self.look_back_s, self._started):
+            return
+        b = self._bucket(t) if arrived >= t else self._bucket_at(arrived)
         b.arrivals += 1
         b.prompt_tokens += max(prompt_tokens, 0)
         b.cached_tokens += min(max(cached_tokens, 0), max(prompt_tokens, 0))
@@ -182,13 +212,13 @@ class SignalWindow:
         # A young replica divides by its age, not the full window, so its rates are not diluted.
         return max(min(self.look_back_s, now - self._started), self._bucket_s, 1e-9)
 
-    def _recent_rate(self, now: float, buckets: list[_Bucket]) -> float:
+    def _recent_rate(self, now: float, buckets: list[_Bucket], admitted: bool = False) -> float:
         # The last n buckets, the newest one partial: the span runs from the oldest one's start.
         n = max(1, round(self.recent_s / self._bucket_s))
         first = (math.floor(now / self._bucket_s) - n + 1) * self._bucket_s
-        arrivals = sum(b.arrivals for b in buckets if b.start >= first - 1e-9)
+        count = sum(b.admitted if admitted else b.arrivals for b in buckets if b.start >= first - 1e-9)
         span = max(min(now - first, now - self._started), self._bucket_s, 1e-9)
-        return arrivals / span
+        return count / span
 
     def metrics(self, replica_id: str, now: float | None = None) -> WindowMetrics:
         t = self._now(now)
@@ -214,6 +244,7 @@ class SignalWindow:
             mean_output_tokens=output / done if done else 0.0,
             cache_hit_rate=hit_rate,
             recent_requests_per_s=self._recent_rate(t, buckets),
+            recent_admitted_per_s=self._recent_rate(t, buckets, admitted=True),
         )
 
     def to_stats_dict(self, now: float | None = None) -> dict[str, float]:
@@ -230,6 +261,7 @@ class SignalWindow:
             "kvserve_kv_usage": float(m.kv_usage),
             "kvserve_requests_per_s": float(m.requests_per_s),
             "kvserve_recent_requests_per_s": float(m.recent_requests_per_s or 0.0),
+            "kvserve_recent_admitted_per_s": float(m.recent_admitted_per_s or 0.0),
             "kvserve_prompt_tokens_per_s": float(m.prompt_tokens_per_s),
             "kvserve_output_tokens_per_s": float(m.output_tokens_per_s),
             "kvserve_mean_prompt_tokens": float(m.mean_prompt_tokens),
@@ -264,4 +296,5 @@ def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> WindowMet
         cache_hit_rate=num("kvserve_cache_hit_rate"),
         # An older replica build does not send it: None, and the policy uses the look-back rate.
         recent_requests_per_s=latency("kvserve_recent_requests_per_s"),
+        recent_admitted_per_s=latency("kvserve_recent_admitted_per_s"),
     )

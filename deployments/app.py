@@ -62,6 +62,19 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
     return opts
 
 
+def ingress_limits(cfg: KVServeConfig) -> dict[str, int]:
+    """The ingress admits twice what the replicas' routers can hold (each replica's
+    `max_ongoing_requests` plus the routers' `max_queued_requests`), so that the routers' bound
+    -- an OpenAI-style 503 from the ingress, and a queue the autoscaler sees -- is the one that
+    binds, with room for the requests being turned away. Its own queue, in Serve's HTTP proxy
+    (whose 503s are plain), is bounded at the same size: it absorbs a burst's hand-over to the
+    ingress, and a sustained flood past it is refused instead of queued without end."""
+    s = cfg.server
+    replicas = cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.num_replicas
+    ongoing = max(2 * (s.max_ongoing_requests * max(replicas, 1) + max(s.max_queued_requests, 0)), 256)
+    return {"max_ongoing_requests": ongoing, "max_queued_requests": -1 if s.max_queued_requests < 0 else ongoing}
+
+
 def build_app(args: dict) -> serve.Application:
     from deployments.ingress import Ingress
     from autoscaling.serve_adapter import drain_options_for
@@ -79,7 +92,7 @@ def build_app(args: dict) -> serve.Application:
         name="Ingress",
         num_replicas=1,
         ray_actor_options={"num_cpus": 0},
-        max_ongoing_requests=max(cfg.server.max_ongoing_requests * 8, 256),
+        **ingress_limits(cfg),
         **drain_options_for(cfg),  # a config change that does replace it lets its streams finish
     )
     return ingress.bind(replica, config_args)

@@ -9,6 +9,7 @@ is a 503 with Retry-After; nothing here can take the server down.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -144,7 +145,7 @@ class Ingress:
         self._note_hot(tenant, hashes, tokens)
         rid = f"{kind}-{uuid.uuid4().hex[:16]}"
         common = dict(request_id=rid, body=data, engine_inputs=list(engine_inputs), block_hashes=hashes,
-                      num_prompt_tokens=len(tokens), tenant=tenant)
+                      num_prompt_tokens=len(tokens), tenant=tenant, submitted_at=time.time())
         if kind == "chat":
             return ChatWork(conversation=list(conversation), messages=data.get("messages", []), **common)
         return CompletionWork(prompt=data.get("prompt", ""), **common)
@@ -181,12 +182,20 @@ class Ingress:
         tenant = work.tenant
         gen = self.llm.options(stream=True).generate.remote(work)
         try:
-            _, meta = await gen.__anext__()
+            # The replica's first item (META) comes as soon as one has taken the request: the wait
+            # for it is the wait at the routers, bounded so an overload answers 503, not a hang.
+            _, meta = await asyncio.wait_for(gen.__anext__(), self.cfg.server.max_queue_wait_s)
             kind_item, payload = await gen.__anext__()
         except BackPressureError:
             self.metrics.request_done(tenant, kind, 503, time.monotonic() - start)
             return error_response(503, "server overloaded: too many queued requests, retry later",
                                   headers={"Retry-After": "1"})
+        except asyncio.TimeoutError:
+            gen.cancel()  # leave the routers' queue
+            self.metrics.request_done(tenant, kind, 503, time.monotonic() - start)
+            return error_response(
+                503, f"server overloaded: no replica could take the request within "
+                     f"{self.cfg.server.max_queue_wait_s:g} s, retry later", headers={"Retry-After": "5"})
         except Exception as e:  # replica died mid-request, engine error, ...
             log.exception("request %s failed", work.request_id)
             self.metrics.request_done(tenant, kind, 500, time.monotonic() - start)

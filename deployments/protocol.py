@@ -20,6 +20,9 @@ class _Work:
     num_prompt_tokens: int
     tenant: str = "default"
     extra: dict[str, Any] = field(default_factory=dict)
+    # Wall-clock time the ingress handed it to the router (0: unknown). A replica subtracts it
+    # from its own clock to learn how long the request waited for room on some replica.
+    submitted_at: float = 0.0
 
 
 @dataclass

@@ -248,7 +248,10 @@ class LLMReplica:
     async def generate(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
         await self.ensure_started()
         self.num_requests += 1
-        self.window.on_arrival(work.num_prompt_tokens)
+        # Counted when it reached the router (clocks of one cluster: skew of a few ms at most,
+        # clamped), so a queue flushed onto this replica reads as the load it was, not a burst.
+        waited = max(time.time() - work.submitted_at, 0.0) if work.submitted_at else 0.0
+        self.window.on_arrival(work.num_prompt_tokens, waited_s=waited)
         cached = self.kv.prefix_blocks(work.block_hashes) if self.kv else 0
         self.backlog.arrived(work.request_id, work.num_prompt_tokens, cached, self.cfg.engine.block_size)
         _SERVING.set(work.request_id)

@@ -14,6 +14,10 @@ safety net:
       the look-back rate (the recent rate's noise would keep restarting the delay), does
       not act while the recent rate alone asks for more (a step's first seconds), and goes
       straight to the modelled demand once the wish has lasted `downscale_delay_s`.
+      Requests held at the routers (every replica at `max_ongoing_requests`) never reach
+      a replica's window, so there the replicas report their service rate, not the load:
+      the routers' queue's growth over `QUEUE_GROWTH_S` is added to the recent rate, and
+      the queue itself, to be drained within `look_back_s`, to the demand.
   (a) SLO error r = max(p90 TTFT / target, p90 ITL / target) over the fleet (per-replica
       p90s weighted by request rate). r > 1 vetoes every scale-down; it adds replicas
       (ceil(current * min(r, 2)), at least one more) only once the fleet has settled --
@@ -27,8 +31,10 @@ Without a profile, the SLO error alone drives it, as before:
         hysteresis <= r <= 1        -> current              (hold; veto scale-down)
         r < hysteresis              -> one replica fewer, provided that the load-scaled
                                        r * n/(n-1) would still be below hysteresis.
-Then: an overload memory (the per-replica rate that once broke the SLO, planned at
-`hysteresis` of it without a profile, at the rate itself with one) vetoes scale-downs
+Then: an overload memory (the per-replica load that once broke the SLO: req/s planned at
+`hysteresis` of it without a profile; with one, modelled busy time per second -- rate x
+service time of the window's mean request, so the same rate of longer prompts is more
+load -- at the load itself) vetoes scale-downs
 that would recreate that overload -- this is what stops 1 -> 2 -> 1 -> 2 flapping on a
 steady load when latency is steep in load (or when the profile is optimistic); min/max
 bounds; at most `max_step` replicas per decision; upscale/downscale delays (a wish must
@@ -39,13 +45,14 @@ start to one).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPolicy
-from autoscaling.capacity import DEFAULT_MAX_BATCH, replicas_needed
+from autoscaling.capacity import DEFAULT_MAX_BATCH, per_replica_capacity, replicas_needed
 from autoscaling.delay import DelayGate, clamp, limit_step
 from kvserve.config import AutoscalingConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
@@ -57,12 +64,14 @@ HISTORY_S = 3 * TREND_SEGMENT_S + 5.0
 FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
 MAX_SLO_FACTOR = 2.0  # an SLO-driven upscale at most doubles the fleet per settle period
 MIN_P90_SAMPLES = 10  # requests in the look-back window before a p90 above target may add replicas
+QUEUE_GROWTH_S = 10.0  # the router queue's growth over this span counts as arrivals no replica saw
 
 
 @dataclass(frozen=True)
 class FleetSignals:
     rate_rps: float  # arrivals/s summed over replicas (look-back window)
     recent_rate_rps: float  # arrivals/s over the replicas' last few seconds (look-back rate if not reported)
+    recent_admitted_rps: float  # requests/s the replicas received over their last few seconds
     uncached_prompt_tokens: float  # rate-weighted mean prompt tokens not served from cache
     output_tokens: float  # rate-weighted mean output tokens
     ttft_p90_ms: float | None  # rate-weighted mean of replicas' p90s (None: no samples)
@@ -94,9 +103,11 @@ def fleet_signals(metrics: Sequence[ReplicaMetrics]) -> FleetSignals:
     output = [(m.mean_output_tokens, m.requests_per_s) for m in metrics]
     ttft = [(m.ttft_p90_ms, m.requests_per_s) for m in metrics if m.ttft_p90_ms is not None]
     itl = [(m.itl_p90_ms, m.requests_per_s) for m in metrics if m.itl_p90_ms is not None]
+    admitted = sum(max(a if (a := getattr(m, "recent_admitted_per_s", None)) is not None else 0.0, 0.0) for m in metrics)
     return FleetSignals(
         rate_rps=rate,
         recent_rate_rps=recent,
+        recent_admitted_rps=admitted,
         uncached_prompt_tokens=_weighted(uncached) or 0.0,
         output_tokens=_weighted(output) or 0.0,
         ttft_p90_ms=_weighted(ttft),  # type: ignore[arg-type]
@@ -118,13 +129,15 @@ class KVServePolicy(ScalingPolicy):
     ) -> None:
         self.cfg, self.slo, self.profile, self.max_batch = cfg, slo, profile, max_batch
         self.gate = DelayGate(cfg.upscale_delay_s, cfg.downscale_delay_s)
-        self.overload_rps_per_replica: float | None = None
+        self.overload_per_replica: float | None = None  # `load()` per replica that broke the SLO
         self.rate_history: list[tuple[float, float]] = []  # (t, look-back rate), one per second at most
+        self.queue_history: list[tuple[float, float]] = []  # (t, requests queued at the routers)
         self.startup_s = DEFAULT_STARTUP_S
         self.pending_since: float | None = None  # when the fleet last had replicas starting
         self.last_running: int | None = None  # None: nothing observed yet (a fresh policy)
         self.running_rose_at: float | None = None
         self._capacity_memo: dict[tuple[float, float, float], int] = {}
+        self._service_memo: dict[tuple[float, float], float] = {}
 
     # -- the two demands ---------------------------------------------------------
 
@@ -176,7 +189,8 @@ class KVServePolicy(ScalingPolicy):
                 return 0, "idle"
             return current, "no latency samples yet: hold"
         if r > 1:
-            if sig.rate_rps * self.cfg.look_back_s < MIN_P90_SAMPLES and sig.waiting == 0:
+            if sig.rate_rps * self.cfg.look_back_s < MIN_P90_SAMPLES and sig.waiting == 0 \
+                    and inp.queued_requests <= 0:
                 # A p90 over a handful of requests is their maximum: one cold prompt on an idle
                 # fleet, which more replicas would not make faster (nothing is queued).
                 return current, f"slo r={r:.2f} from fewer than {MIN_P90_SAMPLES} requests, none queued: hold"
@@ -220,9 +234,34 @@ class KVServePolicy(ScalingPolicy):
         low = min(slopes)
         return low if low >= max(max(slopes) / 3.0, 2.0 * noise) else 0.0
 
-    def predicted_rate(self, sig: FleetSignals, now: float) -> float:
+    def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0) -> float:
         horizon = self.startup_s + self.cfg.upscale_delay_s
-        return max(sig.rate_rps, sig.recent_rate_rps) + self.rate_trend(now) * horizon
+        return self.arrival_rate(sig, now, queued) + self.rate_trend(now) * horizon
+
+    def arrival_rate(self, sig: FleetSignals, now: float, queued: float) -> float:
+        """Requests/s to plan for now: the larger of the look-back and the recent arrival rate,
+        plus what the routers hold (every replica full). While their queue grows, arrivals are
+        what the replicas took plus its growth; the queue itself is to be drained within
+        `look_back_s`. Replicas that joined within `QUEUE_GROWTH_S` take the queue's flush as
+        their first intake, while its growth still shows the smaller fleet: no growth term then."""
+        rate = max(sig.rate_rps, sig.recent_rate_rps)
+        if queued <= 0:
+            return rate
+        joined = self.running_rose_at is not None and now - self.running_rose_at < QUEUE_GROWTH_S
+        growth = 0.0 if joined else self.queue_growth(now)
+        saturated = sig.recent_admitted_rps + growth if growth > 0 else 0.0
+        return max(rate, saturated) + queued / self.cfg.look_back_s
+
+    def queue_growth(self, now: float) -> float:
+        """Requests/s joining the routers' queue over the last `QUEUE_GROWTH_S` (0 if it did not
+        grow). With every replica full, the replicas' windows count only what they admit (their
+        service rate); arrivals = admitted + the queue's growth."""
+        if not self.queue_history:
+            return 0.0
+        t_new, q_new = self.queue_history[-1]
+        older = [(t, q) for t, q in self.queue_history if t <= t_new - QUEUE_GROWTH_S + 0.5]
+        t_old, q_old = older[-1] if older else self.queue_history[0]
+        return max(q_new - q_old, 0.0) / max(t_new - t_old, QUEUE_GROWTH_S)
 
     def _observe(self, inp: ScalingInput, sig: FleetSignals | None) -> None:
         """Start-up time of the replicas asked for, when the serving count rose, the rate history."""
@@ -240,13 +279,17 @@ class KVServePolicy(ScalingPolicy):
             if not self.rate_history or now - self.rate_history[-1][0] >= 1.0:
                 self.rate_history.append((now, sig.rate_rps))
             self.rate_history = [(t, w) for (t, w) in self.rate_history if now - t <= HISTORY_S]
+        if not self.queue_history or now - self.queue_history[-1][0] >= 1.0:
+            self.queue_history.append((now, max(inp.queued_requests, 0.0)))
+        else:
+            self.queue_history[-1] = (self.queue_history[-1][0], max(inp.queued_requests, 0.0))
+        self.queue_history = [(t, q) for (t, q) in self.queue_history if now - t <= QUEUE_GROWTH_S + 1.0]
 
     def capacity_demand(self, sig: FleetSignals, rate_rps: float | None = None) -> int:
         rate = sig.rate_rps if rate_rps is None else rate_rps
         if self.profile is None or rate <= 0:
             return 0
-        sig = FleetSignals(rate, sig.recent_rate_rps, sig.uncached_prompt_tokens, sig.output_tokens,
-                           sig.ttft_p90_ms, sig.itl_p90_ms, sig.waiting, sig.running)
+        sig = dataclasses.replace(sig, rate_rps=rate)
         key = (sig.rate_rps, sig.uncached_prompt_tokens, sig.output_tokens)
         if key in self._capacity_memo:  # steady load repeats the same signals tick after tick
             return self._capacity_memo[key]
@@ -265,17 +308,34 @@ class KVServePolicy(ScalingPolicy):
         self._capacity_memo[key] = est.replicas
         return est.replicas
 
+    def load(self, sig: FleetSignals) -> float:
+        """What the overload memory measures. With a profile: the modelled busy time per second
+        (rate x service time of the window's mean request), so a window of longer prompts at the
+        same request rate is more load, and one of shorter prompts less; without: req/s."""
+        if self.profile is None:
+            return sig.rate_rps
+        key = (sig.uncached_prompt_tokens, sig.output_tokens)
+        service_s = self._service_memo.get(key)
+        if service_s is None:
+            service_s = per_replica_capacity(self.profile, *key, self.slo.ttft_p90_ms, self.slo.itl_p90_ms,
+                                             self.cfg.headroom, self.max_batch).service_ms / 1000.0
+            if len(self._service_memo) >= 64:
+                self._service_memo.clear()
+            self._service_memo[key] = service_s
+        return sig.rate_rps * service_s
+
     def memory_floor(self, sig: FleetSignals) -> int:
-        if not self.overload_rps_per_replica or sig.rate_rps <= 0:
+        load = self.load(sig)
+        if not self.overload_per_replica or load <= 0:
             return 0
         # The ratio is capped: the floor only ever limits a scale-down to at most `current` anyway.
         if self.profile is not None:
             # The capacity model already plans each replica at `headroom`; planning the memory at
             # `hysteresis` as well compounded the two margins (0.8 x 0.6) and held a replica the
-            # load never needed. The floor only forbids a per-replica rate at the overload's or above.
-            x = min(sig.rate_rps / self.overload_rps_per_replica, 1e6)
-            return math.floor(x * (1 + 1e-9)) + 1  # (the epsilon: rate / (rate / n) can come out just below n)
-        x = min(sig.rate_rps / (self.overload_rps_per_replica * self.cfg.hysteresis), 1e6)
+            # load never needed. The floor only forbids a per-replica load at the overload's or above.
+            x = min(load / self.overload_per_replica, 1e6)
+            return math.floor(x * (1 + 1e-9)) + 1  # (the epsilon: load / (load / n) can come out just below n)
+        x = min(load / (self.overload_per_replica * self.cfg.hysteresis), 1e6)
         return math.ceil(x * (1 - 1e-12))
 
     # -- decision ----------------------------------------------------------------
@@ -293,7 +353,8 @@ class KVServePolicy(ScalingPolicy):
         self._observe(inp, sig)
         r = self.fleet_slo_ratio(inp.metrics, sig)
         slo_n, slo_why = self.slo_demand(sig, inp, r)
-        predicted = self.predicted_rate(sig, inp.now)
+        queued = max(inp.queued_requests, 0.0)  # the window's peak: it lags a drain by `look_back_s`
+        predicted = self.predicted_rate(sig, inp.now, queued)
         cap_n = self.capacity_demand(sig, predicted)
         desired = max(slo_n, cap_n)
         recent_holds = False
@@ -302,28 +363,29 @@ class KVServePolicy(ScalingPolicy):
             # rate's Poisson noise crosses a replica boundary every minute or so, and each
             # crossing would restart the delay. But a shrink never *acts* while the recent rate
             # alone asks for more (the start of a load step, which the look-back rate lags).
-            settled_rate = sig.rate_rps + self.rate_trend(inp.now) * (self.startup_s + cfg.upscale_delay_s)
+            settled_rate = sig.rate_rps + queued / cfg.look_back_s + self.rate_trend(inp.now) * (self.startup_s + cfg.upscale_delay_s)
             settled = max(slo_n, self.capacity_demand(sig, settled_rate))
             recent_holds = settled < desired
             desired = settled
         if desired < current:
             desired = max(desired, min(self.memory_floor(sig), current))
-            if self.profile is not None and sig.waiting > 0:
+            if self.profile is not None and sig.waiting + queued > 0:
                 # Queued requests are demand too: keep capacity to drain them within a window
                 # (shrinking onto a backlogged replica would route new requests behind it).
-                backlog = sig.rate_rps + sig.waiting / self.cfg.look_back_s
+                backlog = sig.rate_rps + (sig.waiting + queued) / self.cfg.look_back_s
                 desired = max(desired, min(self.capacity_demand(sig, backlog), current))
-        # Learn: a comfortable fleet at a higher per-replica rate than the remembered overload
-        # proves the memory stale (e.g. prompts got shorter), so raise it.
-        if self.overload_rps_per_replica and r is not None and r < cfg.hysteresis and current > 0 \
+        # Learn: a comfortable fleet at a higher per-replica load than the remembered overload
+        # proves the memory stale (e.g. the profile was pessimistic), so raise it.
+        if self.overload_per_replica and r is not None and r < cfg.hysteresis and current > 0 \
                 and sig.rate_rps > MIN_RATE_RPS:
-            self.overload_rps_per_replica = max(self.overload_rps_per_replica, sig.rate_rps / current)
+            self.overload_per_replica = max(self.overload_per_replica, self.load(sig) / current)
         desired = clamp(limit_step(clamp(desired, cfg.min_replicas, cfg.max_replicas), current, cfg.max_step),
                         cfg.min_replicas, cfg.max_replicas)
         out = clamp(self.gate.apply(desired, current, inp.now, hold_down=recent_holds), cfg.min_replicas, cfg.max_replicas)
         if out > current and slo_n >= cap_n and slo_n > current and sig.rate_rps > MIN_RATE_RPS and current > 0:
-            self.overload_rps_per_replica = sig.rate_rps / current
-        reason = f"{slo_why}; predicted {predicted:.1f} req/s -> capacity={cap_n}; desired={desired}"
+            self.overload_per_replica = self.load(sig) / current
+        at_routers = f" ({queued:.0f} queued at the routers)" if queued > 0 else ""
+        reason = f"{slo_why}; predicted {predicted:.1f} req/s{at_routers} -> capacity={cap_n}; desired={desired}"
         if recent_holds and desired < current:
             reason += " (held: the recent rate needs more)"
         return Decision(out, reason if out != current or desired == current else reason + " (delayed)")
@@ -331,8 +393,9 @@ class KVServePolicy(ScalingPolicy):
     def get_state(self) -> dict[str, Any]:
         return {
             "gate": self.gate.get_state(),
-            "overload_rps_per_replica": self.overload_rps_per_replica,
+            "overload_per_replica": self.overload_per_replica,
             "rate_history": [[t, w] for t, w in self.rate_history],
+            "queue_history": [[t, q] for t, q in self.queue_history],
             "startup_s": self.startup_s,
             "pending_since": self.pending_since,
             "last_running": self.last_running,
@@ -341,9 +404,10 @@ class KVServePolicy(ScalingPolicy):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.gate.set_state(state.get("gate", {}))
-        v = state.get("overload_rps_per_replica")
-        self.overload_rps_per_replica = None if v is None else float(v)
+        v = state.get("overload_per_replica")
+        self.overload_per_replica = None if v is None else float(v)
         self.rate_history = [(float(t), float(w)) for t, w in state.get("rate_history", [])]
+        self.queue_history = [(float(t), float(q)) for t, q in state.get("queue_history", [])]
         self.startup_s = float(state.get("startup_s", DEFAULT_STARTUP_S))
         p, r = state.get("pending_since"), state.get("running_rose_at")
         self.pending_since = None if p is None else float(p)

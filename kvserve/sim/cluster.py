@@ -26,7 +26,7 @@ from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
 from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
-from kvserve.sim.metrics import ItlLog, percentile
+from kvserve.sim.metrics import ItlLog, TrailingPeak, percentile
 from kvserve.sim.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 
@@ -52,6 +52,7 @@ class RunResult:
     routed: dict[str, int]  # requests routed per replica
     failed_requests: int
     rejected_requests: int  # larger than one replica's KV capacity: can never run
+    overloaded_requests: int  # turned away with a 503: the routers' queue was full (max_queued_requests)
     wall_s: float
     timeline: list[dict] = field(default_factory=list)  # one row per scaling decision
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, request, replica) if traced
@@ -71,6 +72,8 @@ class Cluster:
         name: str = "",
         trace_events: bool = False,
         on_progress: Callable[[int, int], None] | None = None,
+        max_ongoing: int | None = None,
+        max_queued: int | None = None,
     ) -> None:
         self.workload = workload
         self.profile = profile
@@ -93,11 +96,17 @@ class Cluster:
         self.serving_since: dict[str, float] = {}
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.seq = itertools.count()
-        self.pending: deque[SimRequest] = deque()  # arrived while no replica was routable
+        # Serve's per-replica `max_ongoing_requests`: a request that finds every replica full
+        # waits at the router (in `pending`, FIFO) until one has room, as it does live.
+        self.max_ongoing = max_ongoing
+        self.max_queued = max_queued if max_queued is not None and max_queued >= 0 else None  # beyond it, 503
+        self.pending: deque[SimRequest] = deque()  # arrived while no replica was routable or had room
+        self.pending_peak = TrailingPeak()  # what Serve's `total_queued_requests` reports
         self.itl = ItlLog()
         self.open = len(self.reqs)
         self.failed = 0
         self.rejected = 0
+        self.overloaded = 0
         self.done = 0
         self.end_time = 0.0
         self.timeline: list[dict] = []
@@ -141,8 +150,25 @@ class Cluster:
             self.windows[rep.rid] = SignalWindow(self.scaling.cfg.look_back_s, clock=lambda t=now: t)
             self.prefix_hits[rep.rid] = [0, 0]
         self._refresh_load(rep)
-        while self.pending and self.loads:
+        self._drain_pending(now)
+
+    def _has_room(self, rid: str) -> bool:
+        return self.max_ongoing is None or self.replicas[rid].ongoing < self.max_ongoing
+
+    def _drain_pending(self, now: float) -> None:
+        while self.pending and any(self._has_room(rid) for rid in self.loads):
             self._route(self.pending.popleft(), now)
+        self.pending_peak.set(len(self.pending), now)
+
+    def _wait_at_router(self, req: SimRequest, now: float) -> None:
+        if self.max_queued is not None and len(self.pending) >= self.max_queued:
+            # Serve's `max_queued_requests`: the caller gets a 503 at once rather than a wait.
+            req.failed, req.finished = True, now
+            self.overloaded += 1
+            self._closed(now)
+            return
+        self.pending.append(req)
+        self.pending_peak.set(len(self.pending), now)
 
     def _refresh_load(self, rep: Replica) -> None:
         if rep.state != SERVING:
@@ -169,8 +195,8 @@ class Cluster:
             self.rejected += 1
             self._closed(now)
             return
-        if not self.loads:
-            self.pending.append(req)
+        if self.pending or not any(self._has_room(rid) for rid in self.loads):
+            self._wait_at_router(req, now)  # FIFO: no overtaking the requests already waiting
             return
         self._route(req, now)
 
@@ -185,16 +211,17 @@ class Cluster:
                 expected_output_tokens=req.output_tokens,
             )
         ranked = self.policy.rank(req.route, list(self.loads.values()), now)
-        rid = next((r for r in ranked if r in self.loads), None)
+        # A full replica turns the request away and the router tries the next in its ranking.
+        rid = next((r for r in ranked if r in self.loads and self._has_room(r)), None)
         if rid is None:
-            raise RuntimeError(f"policy {self.name} ranked no routable replica")
+            raise RuntimeError(f"policy {self.name} ranked no routable replica with room")
         self.policy.on_routed(req.route, rid, now)
         rep = self.replicas[rid]
-        req.replica = rid
+        req.replica, req.routed = rid, now
         rep.enqueue(req)
         self._log(now, "routed", req, rid)
         if self.scaling is not None:
-            self.windows[rid].on_arrival(req.prompt_tokens, now=now)
+            self.windows[rid].on_arrival(req.prompt_tokens, now=now, waited_s=now - req.arrival)
         self._refresh_load(rep)
         self._kick(rep, now)
 
@@ -216,7 +243,7 @@ class Cluster:
                 self.reqs[nxt].arrival = now
                 self._push(now, _ARRIVE, self.reqs[nxt])
         if self.on_progress and (self.done % 200 == 0 or self.open == 0):
-            self.on_progress(self.done + self.failed + self.rejected, len(self.reqs))
+            self.on_progress(self.done + self.failed + self.rejected + self.overloaded, len(self.reqs))
 
     # ---- engine steps -------------------------------------------------------
 
@@ -230,16 +257,19 @@ class Cluster:
         for r in first:
             self._log(now, "first_token", r, rep.rid)
             if win is not None:
-                ttft = (now - r.arrival) * 1000.0
-                win.on_first_token(ttft, now)
+                # As live, where vLLM times a request from when the replica received it: the
+                # wait at the router reaches the autoscaler as the routers' queue instead.
+                win.on_first_token((now - (r.routed if r.routed is not None else r.arrival)) * 1000.0, now)
                 hits = self.prefix_hits[rep.rid]
                 hits[0] += r.hit_blocks
                 hits[1] += len(r.block_hashes)
-                self.cluster_ttft.append((now, ttft))
+                self.cluster_ttft.append((now, (now - r.arrival) * 1000.0))  # the timeline plots what users saw
         for r in finished:
             if win is not None:
                 win.on_completion(r.output_tokens, now)
             self._finish(r, rep, now)
+        if finished and self.pending:
+            self._drain_pending(now)
         if rep.has_work():
             self._kick(rep, now)
         self.touched.add(rep.rid)
@@ -291,6 +321,7 @@ class Cluster:
             running_replicas=len(serving),
             metrics=[self._replica_metrics(r, now) for r in serving],
             total_ongoing=float(sum(r.ongoing for r in serving) + len(self.pending)),
+            queued_requests=self.pending_peak.peak(now, sc.cfg.look_back_s),
         )
         decision: Decision = sc.policy.decide(inp)
         target = min(max(decision.replicas, sc.cfg.min_replicas), sc.cfg.max_replicas)
@@ -312,6 +343,7 @@ class Cluster:
                 "existing": sum(1 for r in self.replicas.values() if r.state != GONE),
                 "ttft_p90_ms": percentile([x[1] for x in self.cluster_ttft], 90),
                 "arrivals_per_s": len(self.cluster_arrivals) / PLOT_WINDOW_S,
+                "queued_at_router": len(self.pending),
                 "reason": decision.reason,
             }
         )
@@ -403,6 +435,7 @@ class Cluster:
             routed={rid: rep.routed_total for rid, rep in self.replicas.items()},
             failed_requests=self.failed,
             rejected_requests=self.rejected,
+            overloaded_requests=self.overloaded,
             wall_s=time.perf_counter() - t0,
             timeline=self.timeline,
             events=self.events,

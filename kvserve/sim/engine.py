@@ -39,6 +39,7 @@ class SimRequest:
     # filled in by the simulation
     route: RouteRequest | None = None
     replica: str | None = None
+    routed: float | None = None  # when a replica took it (after any wait at the router)
     admitted: float | None = None
     first_token: float | None = None
     finished: float | None = None

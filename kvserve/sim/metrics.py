@@ -12,6 +12,7 @@ from kvserve.config import SLOConfig
 from kvserve.sim.engine import SimRequest
 
 MINUTE_S = 60.0
+UNSERVED_TTFT_MS = 1e12  # a request never served (a 503) in per-minute SLO checks: a miss
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -30,6 +31,29 @@ def weighted_percentile(values: Sequence[float], weights: Sequence[float], q: fl
         return None
     i = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
     return float(v[order][min(i, len(v) - 1)])
+
+
+class TrailingPeak:
+    """Peak of a step function over a trailing span: Serve's `total_queued_requests` under
+    `aggregation_function: max` (the peak of the handles' summed queue over the look-back)."""
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[float, float]] = deque([(0.0, 0.0)])  # (since, value)
+
+    def set(self, value: float, now: float) -> None:
+        last_t, last_v = self.points[-1]
+        if value == last_v:
+            return
+        if now <= last_t:
+            self.points[-1] = (last_t, value)
+        else:
+            self.points.append((now, value))
+
+    def peak(self, now: float, span_s: float) -> float:
+        pts = self.points
+        while len(pts) > 1 and pts[1][0] <= now - span_s:
+            pts.popleft()  # the first point left is the value in effect at the span's start
+        return max(v for _, v in pts)
 
 
 @dataclass
@@ -64,11 +88,14 @@ class Window:
 
 
 def minute_buckets(requests: Sequence[SimRequest], itl: ItlLog) -> dict[int, tuple[list[float], list[float], list[int]]]:
-    """minute -> (TTFTs of requests arriving in it, step ms, step tokens of steps ending in it)."""
+    """minute -> (TTFTs of requests arriving in it, step ms, step tokens of steps ending in it).
+    A request that never got a first token (a 503, or never served) counts as `UNSERVED_TTFT_MS`."""
     out: dict[int, tuple[list[float], list[float], list[int]]] = {}
     for r in requests:
         if r.first_token is not None:
             out.setdefault(int(r.arrival // MINUTE_S), ([], [], []))[0].append((r.first_token - r.arrival) * 1000.0)
+        elif r.failed:
+            out.setdefault(int(r.arrival // MINUTE_S), ([], [], []))[0].append(UNSERVED_TTFT_MS)
     for t, ms, n in zip(itl.t, itl.ms, itl.tokens):
         b = out.setdefault(int(t // MINUTE_S), ([], [], []))
         b[1].append(ms)

@@ -82,6 +82,7 @@ def run_routing(setup: SimSetup, policy_name: str, progress: Progress | None = N
     cluster = Cluster(
         setup.workload, setup.profile, setup.engine, policy,
         replicas=replicas or setup.replicas, router_cfg=setup.cfg.router, name=policy_name, on_progress=cb,
+        max_ongoing=setup.cfg.server.max_ongoing_requests, max_queued=setup.cfg.server.max_queued_requests,
     )
     return cluster.run()
 
@@ -106,6 +107,7 @@ def routing_summary(res: RunResult, setup: SimSetup, bounds: dict[str, float]) -
         "replica_seconds": res.replica_seconds,
         "failed_requests": res.failed_requests,
         "rejected_requests": res.rejected_requests,
+        "overloaded_503": res.overloaded_requests,
         "wall_s": res.wall_s,
     }
 
@@ -177,6 +179,7 @@ def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Pr
     cluster = Cluster(
         setup.workload, setup.profile, setup.engine, policy,
         replicas=0, router_cfg=setup.cfg.router, scaling=sc, name=name, on_progress=cb,
+        max_ongoing=setup.cfg.server.max_ongoing_requests, max_queued=setup.cfg.server.max_queued_requests,
     )
     return cluster.run()
 
@@ -203,6 +206,7 @@ def compare_autoscalers(
             "replica_seconds": res.replica_seconds,
             "oracle_replica_seconds": oracle_rs,
             "failed_requests": res.failed_requests,
+            "overloaded_503": res.overloaded_requests,
             "replica_seconds_over_oracle": res.replica_seconds / oracle_rs if oracle_rs else None,
             "max_replicas_seen": max((row["existing"] for row in res.timeline), default=0),
             **latency_summary(res.requests, res.itl),

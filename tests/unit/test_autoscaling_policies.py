@@ -67,7 +67,7 @@ loads = st.fixed_dictionaries({
 gate_states = st.fixed_dictionaries({
     "gate": st.fixed_dictionaries({"direction": st.sampled_from([-1, 0, 1]),
                                    "since": st.one_of(st.none(), st.floats(0, 100))}),
-    "overload_rps_per_replica": st.one_of(st.none(), st.floats(0.01, 50)),
+    "overload_per_replica": st.one_of(st.none(), st.floats(0.01, 50)),
 })
 
 
@@ -376,7 +376,7 @@ def test_a_p90_over_a_handful_of_requests_does_not_add_replicas(with_profile):
 def policy_overload_unset(cfg, with_profile, rate) -> bool:
     policy = make_kvserve(cfg, with_profile)
     policy.decide(step(0.0, 1, fleet(1, rate, ttft=1600.0, itl=30.0, prompt=100, output=20)))
-    return policy.overload_rps_per_replica is None
+    return policy.overload_per_replica is None
 
 
 def test_recent_rate_still_scales_up_at_once():
@@ -394,11 +394,13 @@ def test_with_a_profile_the_overload_memory_forbids_only_the_overload_rate():
     headroom, so the floor stops a return to >= 2 req/s per replica, not to 0.6 of it."""
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=8, downscale_delay_s=0, hysteresis=0.6)
     policy = KVServePolicy(cfg, SLO, PROFILE)
-    policy.overload_rps_per_replica = 2.0
+    policy.overload_per_replica = policy.load(policy_sig(fleet(1, 2.0, 100.0, 20.0)))
     assert policy.memory_floor(policy_sig(fleet(3, 3.9, 100.0, 20.0))) == 2  # 1.95 per replica at 2
     assert policy.memory_floor(policy_sig(fleet(3, 4.0, 100.0, 20.0))) == 3  # exactly the overload at 2
+    # The memory is of work, not of requests: the same rate of much shorter requests is less load.
+    assert policy.memory_floor(policy_sig(fleet(3, 4.0, 100.0, 20.0, prompt=30, output=10))) == 1
     no_profile = KVServePolicy(cfg, SLO, None)
-    no_profile.overload_rps_per_replica = 2.0
+    no_profile.overload_per_replica = 2.0
     assert no_profile.memory_floor(policy_sig(fleet(3, 3.9, 100.0, 20.0))) == 4  # planned at 0.6 x 2 req/s
 
 

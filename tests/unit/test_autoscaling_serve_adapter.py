@@ -51,7 +51,8 @@ def replica_stats(ttft: float | None, rate: float = 2.0) -> dict[str, float]:
 
 
 def context(serve_cfg, stats_by_replica: dict[str, list[dict[str, float]]], target: int, running: int | None = None,
-            now: float = 1000.0, policy_state: dict | None = None, ongoing: float = 4.0) -> AutoscalingContext:
+            now: float = 1000.0, policy_state: dict | None = None, ongoing: float = 4.0,
+            queued: float = 0.0) -> AutoscalingContext:
     replicas = [ReplicaID(uid, DEP) for uid in stats_by_replica]
     raw: dict = {}
     for rid, reports in zip(replicas, stats_by_replica.values()):
@@ -62,7 +63,7 @@ def context(serve_cfg, stats_by_replica: dict[str, list[dict[str, float]]], targ
     return AutoscalingContext(
         deployment_id=DEP, deployment_name=DEP.name, app_name=DEP.app_name,
         current_num_replicas=n, target_num_replicas=target, running_replicas=replicas[:n],
-        total_num_requests=ongoing, total_queued_requests=0.0, aggregated_metrics=None, raw_metrics=raw,
+        total_num_requests=ongoing, total_queued_requests=queued, aggregated_metrics=None, raw_metrics=raw,
         capacity_adjusted_min_replicas=serve_cfg.min_replicas, capacity_adjusted_max_replicas=serve_cfg.max_replicas,
         policy_state=policy_state or {}, last_scale_up_time=None, last_scale_down_time=None,
         current_time=now, config=serve_cfg,
@@ -87,6 +88,8 @@ def test_config_dict_is_valid_for_serve_and_points_at_our_policy():
     assert serve_cfg.policy.policy_function == POLICY_IMPORT_PATH
     # Delays live in the pure policy; Serve's wrapper must pass decisions straight through.
     assert serve_cfg.upscale_delay_s == 0 and serve_cfg.downscale_delay_s == 0
+    # The routers' queue reaches the policy as the window's peak (its growth is read as arrivals).
+    assert serve_cfg.aggregation_function == "max"
     json.dumps(d["policy"]["policy_kwargs"])  # Serve requires JSON-serializable kwargs
 
 
@@ -191,3 +194,10 @@ def test_metrics_push_interval_fits_the_look_back_window():
     env = metrics_push_env_vars(kv_cfg(look_back_s=12.0))
     assert float(env["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"]) == 2.0
     assert all(isinstance(v, str) for v in env.values())
+
+
+def test_requests_queued_at_the_routers_reach_the_policy():
+    serve_cfg, _ = serve_policy(kv_cfg())
+    stats = {"a": [replica_stats(200.0)]}
+    assert scaling_input_from_context(context(serve_cfg, stats, target=1, queued=37.0)).queued_requests == 37.0
+    assert scaling_input_from_context(context(serve_cfg, stats, target=1)).queued_requests == 0.0

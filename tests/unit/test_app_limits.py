@@ -1,0 +1,26 @@
+"""The ingress's request limits, derived from the one config."""
+
+from __future__ import annotations
+
+from deployments.app import ingress_limits
+from kvserve.config import KVServeConfig
+
+
+def test_the_ingress_admits_more_than_the_replica_routers_can_hold():
+    # Below this, requests would wait at the ingress (in Serve's HTTP proxy), where neither the
+    # routers' 503 bound nor the autoscaler sees them.
+    big = KVServeConfig(server={"max_ongoing_requests": 64, "max_queued_requests": 256},
+                        autoscaling={"enabled": True, "max_replicas": 16})
+    assert ingress_limits(big) == {"max_ongoing_requests": 2 * (64 * 16 + 256), "max_queued_requests": 2 * (64 * 16 + 256)}
+    small = KVServeConfig(server={"max_ongoing_requests": 2, "max_queued_requests": 8},
+                          autoscaling={"enabled": True, "min_replicas": 1, "max_replicas": 2})
+    assert ingress_limits(small) == {"max_ongoing_requests": 256, "max_queued_requests": 256}
+    fixed = KVServeConfig(num_replicas=20)
+    assert ingress_limits(fixed)["max_ongoing_requests"] == 2 * (fixed.server.max_ongoing_requests * 20
+                                                                 + fixed.server.max_queued_requests)
+
+
+def test_an_unbounded_replica_queue_leaves_the_ingress_queue_unbounded_too():
+    cfg = KVServeConfig(server={"max_queued_requests": -1})
+    limits = ingress_limits(cfg)
+    assert limits["max_queued_requests"] == -1 and limits["max_ongoing_requests"] >= 256
