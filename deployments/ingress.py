@@ -183,8 +183,10 @@ class Ingress:
         gen = self.llm.options(stream=True).generate.remote(work)
         try:
             # The replica's first item (META) comes as soon as one has taken the request: the wait
-            # for it is the wait at the routers, bounded so an overload answers 503, not a hang.
-            _, meta = await asyncio.wait_for(gen.__anext__(), self.cfg.server.max_queue_wait_s)
+            # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
+            wait = self.cfg.server.max_queue_wait_s
+            left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
+            _, meta = await asyncio.wait_for(gen.__anext__(), left)
             kind_item, payload = await gen.__anext__()
         except BackPressureError:
             self.metrics.request_done(tenant, kind, 503, time.monotonic() - start)

@@ -231,8 +231,8 @@ class ServerConfig(_Section):
     max_queued_requests: int = Field(256, ge=-1, description="Per caller; beyond it 503 (-1 = unbounded).")
     max_queue_wait_s: float | None = Field(
         30.0, gt=0,
-        description="A request no replica has taken within this many seconds gets a 503 (the queue "
-                    "bound is a count; this bounds the wait). None: wait as long as request_timeout_s.",
+        description="A request no replica has taken within this many seconds of its arrival at the "
+                    "ingress gets a 503 (the queue bound is a count; this bounds the wait). None: no bound.",
     )
     request_timeout_s: float = Field(600.0, gt=0)
     max_tokens_limit: int = Field(4096, ge=1, description="Requests asking for more tokens than this get 400.")

@@ -55,6 +55,13 @@ def test_a_request_no_replica_takes_in_time_gets_503_and_leaves_the_queue():
     assert stream.cancelled
 
 
+def test_the_wait_counts_from_the_requests_arrival_at_the_ingress():
+    stream = _Stream(delay=0.5)
+    # Rendering (or a busy event loop) already took 0.9 s of a 1 s bound: 0.5 s more is too long.
+    resp = _dispatch(stream, 1.0, time.monotonic() - 0.9)
+    assert resp.status_code == 503 and stream.cancelled
+
+
 def test_a_request_taken_in_time_is_served():
     stream = _Stream(delay=0.01)
     resp = _dispatch(stream, 1.0, time.monotonic())
