@@ -34,8 +34,9 @@ class ScalingInput:
     metrics: Sequence[ReplicaMetrics]  # may be empty: the policy must then hold
     total_ongoing: float = 0.0  # ongoing requests across the deployment (Serve's own signal)
     # Requests waiting at the routers because every replica had `max_ongoing_requests`
-    # (Serve's `total_queued_requests`, a mean over the look-back window). The replicas'
-    # arrival rates never saw them: at saturation they count what the replicas admit.
+    # (Serve's `total_queued_requests`: the look-back window's peak, as the adapter sets
+    # `aggregation_function: max`). The replicas' arrival rates never saw them: at
+    # saturation they count what the replicas admit.
     queued_requests: float = 0.0
 
 

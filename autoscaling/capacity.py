@@ -22,6 +22,7 @@ never yield fewer replicas (tested). Pure Python.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -118,6 +119,13 @@ def per_replica_capacity(
     )
 
 
+def replicas_for(cap: CapacityEstimate, rate_rps: float) -> CapacityEstimate:
+    """`cap` (one replica's, from `per_replica_capacity`) with the replicas `rate_rps` needs."""
+    # The relative epsilon keeps float noise (rate exactly k * capacity) from adding a replica.
+    n = max(1, math.ceil(rate_rps / cap.per_replica_rps * (1 - 1e-12))) if rate_rps > 0 else 0
+    return dataclasses.replace(cap, replicas=n)
+
+
 def replicas_needed(
     profile: EngineProfile,
     rate_rps: float,
@@ -132,14 +140,4 @@ def replicas_needed(
     cap = per_replica_capacity(
         profile, prompt_tokens, output_tokens, ttft_target_ms, itl_target_ms, headroom, max_batch
     )
-    # The relative epsilon keeps float noise (rate exactly k * capacity) from adding a replica.
-    n = max(1, math.ceil(rate_rps / cap.per_replica_rps * (1 - 1e-12))) if rate_rps > 0 else 0
-    return CapacityEstimate(
-        replicas=max(n, 0),
-        per_replica_rps=cap.per_replica_rps,
-        decode_batch=cap.decode_batch,
-        prefill_ms=cap.prefill_ms,
-        service_ms=cap.service_ms,
-        utilization=cap.utilization,
-        feasible=cap.feasible,
-    )
+    return replicas_for(cap, rate_rps)

@@ -45,14 +45,13 @@ start to one).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPolicy
-from autoscaling.capacity import DEFAULT_MAX_BATCH, per_replica_capacity, replicas_needed
+from autoscaling.capacity import DEFAULT_MAX_BATCH, CapacityEstimate, per_replica_capacity, replicas_for
 from autoscaling.delay import DelayGate, clamp, limit_step
 from kvserve.config import AutoscalingConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
@@ -136,8 +135,7 @@ class KVServePolicy(ScalingPolicy):
         self.pending_since: float | None = None  # when the fleet last had replicas starting
         self.last_running: int | None = None  # None: nothing observed yet (a fresh policy)
         self.running_rose_at: float | None = None
-        self._capacity_memo: dict[tuple[float, float, float], int] = {}
-        self._service_memo: dict[tuple[float, float], float] = {}
+        self._shape_memo: dict[tuple[float, float], CapacityEstimate] = {}
 
     # -- the two demands ---------------------------------------------------------
 
@@ -285,28 +283,24 @@ class KVServePolicy(ScalingPolicy):
             self.queue_history[-1] = (self.queue_history[-1][0], max(inp.queued_requests, 0.0))
         self.queue_history = [(t, q) for (t, q) in self.queue_history if now - t <= QUEUE_GROWTH_S + 1.0]
 
+    def shape_capacity(self, sig: FleetSignals) -> CapacityEstimate:
+        """One replica's modelled capacity for the window's mean request (requires a profile).
+        Memoized by shape: the rate varies tick to tick, the mean request much less."""
+        key = (sig.uncached_prompt_tokens, sig.output_tokens)
+        cap = self._shape_memo.get(key)
+        if cap is None:
+            cap = per_replica_capacity(self.profile, *key, self.slo.ttft_p90_ms, self.slo.itl_p90_ms,  # type: ignore[arg-type]
+                                       self.cfg.headroom, self.max_batch)
+            if len(self._shape_memo) >= 64:
+                self._shape_memo.clear()
+            self._shape_memo[key] = cap
+        return cap
+
     def capacity_demand(self, sig: FleetSignals, rate_rps: float | None = None) -> int:
         rate = sig.rate_rps if rate_rps is None else rate_rps
         if self.profile is None or rate <= 0:
             return 0
-        sig = dataclasses.replace(sig, rate_rps=rate)
-        key = (sig.rate_rps, sig.uncached_prompt_tokens, sig.output_tokens)
-        if key in self._capacity_memo:  # steady load repeats the same signals tick after tick
-            return self._capacity_memo[key]
-        est = replicas_needed(
-            self.profile,
-            sig.rate_rps,
-            sig.uncached_prompt_tokens,
-            sig.output_tokens,
-            self.slo.ttft_p90_ms,
-            self.slo.itl_p90_ms,
-            self.cfg.headroom,
-            self.max_batch,
-        )
-        if len(self._capacity_memo) >= 64:
-            self._capacity_memo.clear()
-        self._capacity_memo[key] = est.replicas
-        return est.replicas
+        return replicas_for(self.shape_capacity(sig), rate).replicas
 
     def load(self, sig: FleetSignals) -> float:
         """What the overload memory measures. With a profile: the modelled busy time per second
@@ -314,15 +308,7 @@ class KVServePolicy(ScalingPolicy):
         same request rate is more load, and one of shorter prompts less; without: req/s."""
         if self.profile is None:
             return sig.rate_rps
-        key = (sig.uncached_prompt_tokens, sig.output_tokens)
-        service_s = self._service_memo.get(key)
-        if service_s is None:
-            service_s = per_replica_capacity(self.profile, *key, self.slo.ttft_p90_ms, self.slo.itl_p90_ms,
-                                             self.cfg.headroom, self.max_batch).service_ms / 1000.0
-            if len(self._service_memo) >= 64:
-                self._service_memo.clear()
-            self._service_memo[key] = service_s
-        return sig.rate_rps * service_s
+        return sig.rate_rps * self.shape_capacity(sig).service_ms / 1000.0
 
     def memory_floor(self, sig: FleetSignals) -> int:
         load = self.load(sig)
