@@ -28,6 +28,8 @@ NO_DATA = -1.0
 STAT_KEYS: tuple[str, ...] = (
     "kvserve_ttft_p90_ms",  # NO_DATA when no request reached its first token in the window
     "kvserve_itl_p90_ms",  # NO_DATA when no inter-token gap in the window
+    "kvserve_ttft_p90_low_ms",  # a lower confidence bound of the TTFT p90 (`P90_LOW_Z`)
+    "kvserve_itl_p90_low_ms",
     "kvserve_ttft_samples",
     "kvserve_itl_samples",
     "kvserve_waiting",
@@ -55,6 +57,26 @@ class WindowMetrics(ReplicaMetrics):
     # Requests this replica received over the last few seconds, however long they had waited
     # at the router: with every replica full, the fleet's service rate.
     recent_admitted_per_s: float | None = None
+    # Lower confidence bounds of the p90s: a window's p90 just over the target from a few dozen
+    # requests is within its sampling noise; these say whether it is over the target for sure.
+    ttft_p90_low_ms: float | None = None
+    itl_p90_low_ms: float | None = None
+
+
+# One-sided 95%: the p90's lower bound is exceeded by the true p90 with this confidence.
+P90_LOW_Z = 1.645
+
+
+def quantile_lower_bound(values: Iterable[float], q: float, z: float = P90_LOW_Z) -> float | None:
+    """A distribution-free lower confidence bound of the q-quantile (q in (0, 1)): the order
+    statistic of rank n q - z sqrt(n q (1 - q)) (the number of samples below the true quantile
+    is Binomial(n, q); normal approximation). At least the smallest sample."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    n = len(ordered)
+    rank = math.floor(n * q - z * math.sqrt(n * q * (1.0 - q)))
+    return ordered[min(max(rank, 1), n) - 1]
 
 
 def percentile_nearest_rank(values: Iterable[float], q: float) -> float | None:
@@ -245,6 +267,8 @@ class SignalWindow:
             cache_hit_rate=hit_rate,
             recent_requests_per_s=self._recent_rate(t, buckets),
             recent_admitted_per_s=self._recent_rate(t, buckets, admitted=True),
+            ttft_p90_low_ms=quantile_lower_bound(self.ttft_samples(t), 0.9),
+            itl_p90_low_ms=quantile_lower_bound(self.itl_samples(t), 0.9),
         )
 
     def to_stats_dict(self, now: float | None = None) -> dict[str, float]:
@@ -254,6 +278,8 @@ class SignalWindow:
         return {
             "kvserve_ttft_p90_ms": NO_DATA if m.ttft_p90_ms is None else float(m.ttft_p90_ms),
             "kvserve_itl_p90_ms": NO_DATA if m.itl_p90_ms is None else float(m.itl_p90_ms),
+            "kvserve_ttft_p90_low_ms": NO_DATA if m.ttft_p90_low_ms is None else float(m.ttft_p90_low_ms),
+            "kvserve_itl_p90_low_ms": NO_DATA if m.itl_p90_low_ms is None else float(m.itl_p90_low_ms),
             "kvserve_ttft_samples": float(len(self.ttft_samples(t))),
             "kvserve_itl_samples": float(len(self.itl_samples(t))),
             "kvserve_waiting": float(m.waiting),
@@ -297,4 +323,6 @@ def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> WindowMet
         # An older replica build does not send it: None, and the policy uses the look-back rate.
         recent_requests_per_s=latency("kvserve_recent_requests_per_s"),
         recent_admitted_per_s=latency("kvserve_recent_admitted_per_s"),
+        ttft_p90_low_ms=latency("kvserve_ttft_p90_low_ms"),
+        itl_p90_low_ms=latency("kvserve_itl_p90_low_ms"),
     )

@@ -33,6 +33,11 @@ class IngressMetrics:
         self.window = {
             "kvserve_ttft_p90_ms": Gauge("kvserve_replica_ttft_p90_ms", "Rolling p90 time to first token.", labels, registry=r),
             "kvserve_itl_p90_ms": Gauge("kvserve_replica_itl_p90_ms", "Rolling p90 inter-token latency.", labels, registry=r),
+            # What the autoscaler adds replicas on: the p90s' one-sided 95% lower confidence bounds.
+            "kvserve_ttft_p90_low_ms": Gauge("kvserve_replica_ttft_p90_low_ms", "Lower confidence bound of the rolling "
+                                             "TTFT p90.", labels, registry=r),
+            "kvserve_itl_p90_low_ms": Gauge("kvserve_replica_itl_p90_low_ms", "Lower confidence bound of the rolling "
+                                            "ITL p90.", labels, registry=r),
         }
 
     def request_done(self, tenant: str, kind: str, status: int, seconds: float, usage: dict | None = None) -> None:

@@ -7,7 +7,10 @@ safety net:
       once (latency lags it), so the prediction is
         max(look-back rate, recent rate) + rising trend x (replica start-up + upscale delay)
       where the recent rate covers the last few seconds (a load step shows up within
-      them) and the trend is the look-back rate's slope, counted only when it has risen
+      them) and counts only when it is more than the fleet can serve at all (modelled
+      utilization 1: its queues then grow from the first second); below that, a few
+      seconds of Poisson noise is no reason to add a replica, and the look-back rate
+      decides. The trend is the look-back rate's slope, counted only when it has risen
       over three consecutive 15 s segments (a ramp, not a step: a step's look-back rate
       looks like a 30 s ramp, and extrapolating it would over-provision). The start-up
       time is measured from the replicas the policy asked for. Scale-down is planned on
@@ -23,7 +26,11 @@ safety net:
       (ceil(current * min(r, 2)), at least one more) only once the fleet has settled --
       nothing starting and `look_back_s` since the serving count last rose -- because a
       backlog queued on old replicas during a start-up does not move to new ones, and its
-      latencies stay in the window for `look_back_s`. Below `MIN_P90_SAMPLES` requests
+      latencies stay in the window for `look_back_s`. With a profile, r only adds replicas
+      when the p90s' lower confidence bounds (the window's, one-sided 95%) are over the
+      target too: a 30 s window's p90 a few percent over it is within sampling noise, and
+      acting on it would also teach the overload memory a load the fleet can carry; such
+      an r holds the fleet (vetoes scale-down). Below `MIN_P90_SAMPLES` requests
       in the window with nothing queued, r > 1 only holds (a fresh replica's first cold
       prompts are not an overload, and would teach the overload memory a bogus rate).
 Without a profile, the SLO error alone drives it, as before:
@@ -147,15 +154,23 @@ class KVServePolicy(ScalingPolicy):
             ratios.append(sig.itl_p90_ms / self.slo.itl_p90_ms)
         return max(ratios) if ratios else None
 
-    def replica_slo_ratio(self, m: ReplicaMetrics) -> float | None:
+    def replica_slo_ratio(self, m: ReplicaMetrics, low: bool = False) -> float | None:
+        """max(p90 / target) over TTFT and ITL; `low`: of the p90s' lower confidence bounds
+        (the point p90s where a replica does not report bounds)."""
+        ttft, itl = m.ttft_p90_ms, m.itl_p90_ms
+        if low:
+            ttft = getattr(m, "ttft_p90_low_ms", None) if ttft is not None else None
+            itl = getattr(m, "itl_p90_low_ms", None) if itl is not None else None
+            ttft = m.ttft_p90_ms if ttft is None else ttft
+            itl = m.itl_p90_ms if itl is None else itl
         ratios = []
-        if m.ttft_p90_ms is not None:
-            ratios.append(m.ttft_p90_ms / self.slo.ttft_p90_ms)
-        if m.itl_p90_ms is not None:
-            ratios.append(m.itl_p90_ms / self.slo.itl_p90_ms)
+        if ttft is not None:
+            ratios.append(ttft / self.slo.ttft_p90_ms)
+        if itl is not None:
+            ratios.append(itl / self.slo.itl_p90_ms)
         return max(ratios) if ratios else None
 
-    def fleet_slo_ratio(self, metrics: Sequence[ReplicaMetrics], sig: FleetSignals) -> float | None:
+    def fleet_slo_ratio(self, metrics: Sequence[ReplicaMetrics], sig: FleetSignals, low: bool = False) -> float | None:
         """With a profile: the `FLEET_RATIO_QUANTILE` of per-replica ratios, weighted by each
         replica's recent rate. A backlog queued on one replica while others started (it gets
         few new requests, and more replicas cannot drain it) then does not read as a fleet-wide
@@ -164,7 +179,7 @@ class KVServePolicy(ScalingPolicy):
             return self.slo_ratio(sig)
         pairs = []
         for m in metrics:
-            r = self.replica_slo_ratio(m)
+            r = self.replica_slo_ratio(m, low)
             if r is not None:
                 w = getattr(m, "recent_requests_per_s", None)
                 pairs.append((r, max(m.requests_per_s if w is None else w, 0.0)))
@@ -180,7 +195,8 @@ class KVServePolicy(ScalingPolicy):
                 return r
         return max(r for r, _ in pairs)
 
-    def slo_demand(self, sig: FleetSignals, inp: ScalingInput, r: float | None) -> tuple[int, str]:
+    def slo_demand(self, sig: FleetSignals, inp: ScalingInput, r: float | None,
+                   r_low: float | None = None) -> tuple[int, str]:
         current = inp.current_replicas
         if r is None:
             if sig.rate_rps == 0 and sig.waiting == 0 and sig.running == 0:
@@ -196,6 +212,10 @@ class KVServePolicy(ScalingPolicy):
                 # Replicas still starting: the latency they will remove is not measured yet.
                 return current, f"slo r={r:.2f} but scale-up in progress"
             if self.profile is not None:
+                if r_low is not None and r_low <= 1:
+                    # Over the target, but within the sampling noise of the window's p90: no
+                    # replica is added on it (the capacity model sizes the fleet), none removed.
+                    return current, f"slo r={r:.2f} (lower bound {r_low:.2f}, not significant): hold"
                 if not self.settled(inp.now):
                     return current, f"slo r={r:.2f}: fleet not settled since its last scale-up"
                 return max(current + 1, math.ceil(max(current, 1) * min(r, MAX_SLO_FACTOR) - 1e-9)), f"slo r={r:.2f} > 1"
@@ -232,17 +252,29 @@ class KVServePolicy(ScalingPolicy):
         low = min(slopes)
         return low if low >= max(max(slopes) / 3.0, 2.0 * noise) else 0.0
 
-    def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0) -> float:
+    def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0, replicas: int | None = None) -> float:
+        """`replicas`: the recent rate counts only if it overloads that many (None: always)."""
         horizon = self.startup_s + self.cfg.upscale_delay_s
-        return self.arrival_rate(sig, now, queued) + self.rate_trend(now) * horizon
+        return self.arrival_rate(sig, now, queued, replicas) + self.rate_trend(now) * horizon
 
-    def arrival_rate(self, sig: FleetSignals, now: float, queued: float) -> float:
-        """Requests/s to plan for now: the larger of the look-back and the recent arrival rate,
-        plus what the routers hold (every replica full). While their queue grows, arrivals are
+    def recent_overloads(self, sig: FleetSignals, replicas: int) -> bool:
+        """Whether the recent rate is more than `replicas` can serve at all (modelled utilization
+        1). Below that their queues stay bounded, and a few seconds' rate (~20 requests: a
+        Poisson noise of +-20%) is no reason to add a replica: the look-back rate (6x the
+        samples) decides. Above it, backlogs grow from the first second: act on it at once."""
+        if self.profile is None or sig.rate_rps <= 0:
+            return True
+        return sig.recent_rate_rps > max(replicas, 0) * 1000.0 / self.shape_capacity(sig).service_ms
+
+    def arrival_rate(self, sig: FleetSignals, now: float, queued: float, replicas: int | None = None) -> float:
+        """Requests/s to plan for now: the larger of the look-back and the recent arrival rate
+        (the recent one only if it overloads `replicas`), plus what the routers hold (every replica full). While their queue grows, arrivals are
         what the replicas took plus its growth; the queue itself is to be drained within
         `look_back_s`. Replicas that joined within `QUEUE_GROWTH_S` take the queue's flush as
         their first intake, while its growth still shows the smaller fleet: no growth term then."""
-        rate = max(sig.rate_rps, sig.recent_rate_rps)
+        rate = sig.rate_rps
+        if replicas is None or self.recent_overloads(sig, replicas):
+            rate = max(rate, sig.recent_rate_rps)
         if queued <= 0:
             return rate
         joined = self.running_rose_at is not None and now - self.running_rose_at < QUEUE_GROWTH_S
@@ -338,9 +370,9 @@ class KVServePolicy(ScalingPolicy):
         sig = fleet_signals(inp.metrics)
         self._observe(inp, sig)
         r = self.fleet_slo_ratio(inp.metrics, sig)
-        slo_n, slo_why = self.slo_demand(sig, inp, r)
+        slo_n, slo_why = self.slo_demand(sig, inp, r, self.fleet_slo_ratio(inp.metrics, sig, low=True))
         queued = max(inp.queued_requests, 0.0)  # the window's peak: it lags a drain by `look_back_s`
-        predicted = self.predicted_rate(sig, inp.now, queued)
+        predicted = self.predicted_rate(sig, inp.now, queued, inp.current_replicas)
         cap_n = self.capacity_demand(sig, predicted)
         desired = max(slo_n, cap_n)
         recent_holds = False
@@ -351,7 +383,7 @@ class KVServePolicy(ScalingPolicy):
             # alone asks for more (the start of a load step, which the look-back rate lags).
             settled_rate = sig.rate_rps + queued / cfg.look_back_s + self.rate_trend(inp.now) * (self.startup_s + cfg.upscale_delay_s)
             settled = max(slo_n, self.capacity_demand(sig, settled_rate))
-            recent_holds = settled < desired
+            recent_holds = settled < max(slo_n, self.capacity_demand(sig, self.predicted_rate(sig, inp.now, queued)))
             desired = settled
         if desired < current:
             desired = max(desired, min(self.memory_floor(sig), current))

@@ -58,22 +58,31 @@ def test_two_tenants_each_stick_to_one_replica_with_cache_hits(cluster):
 
 
 def test_simultaneous_requests_spread_over_both_replicas(cluster):
-    """Four prompts with nothing cached arrive together: the router books each decision at once,
-    so the later ones see the earlier ones' load and split 2 + 2 (no herding in the accept window)."""
+    """Four prompts with nothing cached, all in flight together: the router books each decision at
+    once, so the later ones see the earlier ones' load and split 2 + 2 (no herding in the accept
+    window). Long streams held open until all four are placed keep them in flight together however
+    slowly the machine starts them (short requests could finish before the last one is routed)."""
     import concurrent.futures as cf
+    import threading
     from collections import Counter
 
-    def one(i: int) -> str:
-        body = {"model": MODEL, "prompt": f"Note {i}: the river {i * 13}", "max_tokens": 24, "ignore_eos": True}
-        with cluster.client() as c:
-            r = c.post("/v1/completions", json=body)
-            assert r.status_code == 200, r.text
-            return r.headers["x-kvserve-replica"]
+    for round_ in range(2):
+        start, placed_all = threading.Barrier(4), threading.Barrier(4)
 
-    for _ in range(2):
+        def one(i: int) -> str:
+            body = {"model": MODEL, "prompt": f"Note {round_}.{i}: the river {i * 13}", "max_tokens": 400,
+                    "ignore_eos": True, "stream": True}
+            with cluster.client() as c:
+                start.wait(timeout=60)
+                with c.stream("POST", "/v1/completions", json=body) as r:  # headers come with the first token
+                    assert r.status_code == 200, r.read()
+                    placed_all.wait(timeout=120)  # closing the stream then aborts the rest
+                    return r.headers["x-kvserve-replica"]
+
         with cf.ThreadPoolExecutor(4) as pool:
             placed = Counter(pool.map(one, range(4)))
         assert sorted(placed.values()) == [2, 2], placed
+
 
 def test_replica_reports_its_prefill_backlog_in_tokens(cluster):
     """While a cold ~1,500-token prompt prefills (seconds on CPU), its replica reports that work to

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from autoscaling.window import SignalWindow
 from deployments.metrics import IngressMetrics
 from kvserve.cli import app
 from kvserve.config import SLOConfig
@@ -24,6 +25,15 @@ def _queries(dashboard: dict) -> list[str]:
     return exprs + [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
 
 
+def _window_stats() -> dict[str, float]:
+    """What a replica with samples in its window reports (`record_autoscaling_stats`)."""
+    w = SignalWindow(clock=lambda: 0.0)
+    w.on_arrival(40, now=0.0)
+    w.on_first_token(350.0, now=0.0)
+    w.on_token_gap(40.0, now=0.0)
+    return w.to_stats_dict(now=0.0)
+
+
 def _exported_sample_names() -> set[str]:
     metrics = IngressMetrics()
     # Labelled counters only appear once used: one finished request with usage fills them all.
@@ -31,7 +41,7 @@ def _exported_sample_names() -> set[str]:
     metrics.request_done("team-a", "chat", 200, 0.3, usage)
     replica = {"replica_id": "r1", "waiting": 1, "running": 2, "kv_usage": 0.4, "prefix_cache_queries": 100,
                "prefix_cache_hits": 60, "cached_blocks": 7,
-               "window": {"kvserve_ttft_p90_ms": 350.0, "kvserve_itl_p90_ms": 40.0}}
+               "window": _window_stats()}
     body, _ = metrics.render([replica])
     return {s.name for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
 
