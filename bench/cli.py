@@ -67,6 +67,7 @@ def bench(
     address: str = typer.Option("auto", "--address", help="Ray cluster address for redeploys."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Unrelated requests per policy, excluded from stats."),
     timeout: float = typer.Option(120.0, "--timeout", help="Per-request limit in seconds."),
+    connect_timeout: float = typer.Option(30.0, "--connect-timeout", min=0.1, help="TCP connect limit in seconds (measured by the bench's own event loop, which a saturated machine can starve)."),
     max_inflight: int = typer.Option(256, "--max-inflight", min=1, help="Open loop: cap on outstanding requests."),
     slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="Goodput TTFT SLO (default: config slo)."),
     slo_itl_ms: Optional[float] = typer.Option(None, "--slo-itl-ms", help="Goodput ITL SLO (default: config slo)."),
@@ -80,6 +81,7 @@ def bench(
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
     from bench.client import auth_headers, is_loopback_url
     from bench.plots import plot_timeline, plot_ttft_cdf
+    from bench.loop_lag import STARVED_MS
     from bench.report import comparison_table, write_json, write_requests_jsonl
     from bench.runner import ReplayOptions, default_deploy, run_policies
     from bench.prepare import LoadSpec, apply_load, build_workload, load_tokenizer, parse_policies, warmup_requests
@@ -120,6 +122,7 @@ def bench(
 
     opts = ReplayOptions(
         base_url=url, model=model_cfg.name, api_key=api_key, concurrency=concurrency, timeout_s=timeout,
+        connect_timeout_s=connect_timeout,
         max_inflight=max_inflight, use_token_ids=token_ids, slo_ttft_ms=slo_ttft_ms, slo_itl_ms=slo_itl_ms,
         sample_stats=timeline is not None,
     )
@@ -147,6 +150,10 @@ def bench(
         m = run.metrics
         if m.errors:
             console.print(f"[red]{run.policy}: {m.errors} errors {m.errors_by_kind}[/]")
+        if (m.client_loop_lag_max_ms or 0.0) >= STARVED_MS:
+            console.print(f"[yellow]{run.policy}: the bench's event loop ran up to {m.client_loop_lag_max_ms / 1000:.1f} s "
+                          f"late (p99 {m.client_loop_lag_p99_ms:.0f} ms): it waited for a CPU, and its latencies include "
+                          "that wait[/]")
         if run.late_arrivals:
             console.print(f"[yellow]{run.policy}: {run.late_arrivals} arrivals waited for --max-inflight[/]")
     if json_out:

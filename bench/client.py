@@ -24,6 +24,7 @@ class RequestResult:
     status: int | None = None  # HTTP status; None if no response came back
     # "http_429", "http_503", "http_4xx", "http_5xx", "timeout", "connect", "stream_error", "protocol: ..."
     error: str | None = None
+    error_detail: str | None = None  # the transport exception, for a failure with no HTTP status
     ttft_s: float | None = None
     e2e_s: float | None = None  # successful requests only
     elapsed_s: float | None = None  # send -> done (or failed), every request
@@ -105,6 +106,13 @@ async def _read_events(resp: httpx.Response, chunk_times: list[float], res: Requ
     return usage
 
 
+def _detail(e: BaseException) -> str:
+    """Exception type and message, with its cause's (httpx wraps the socket error)."""
+    cause = e.__cause__ or e.__context__
+    text = f"{type(e).__name__}: {e}"
+    return text + (f" <- {type(cause).__name__}: {cause}" if cause is not None else "")
+
+
 async def stream_request(
     client: httpx.AsyncClient,
     url: str,
@@ -131,12 +139,12 @@ async def stream_request(
                     usage = await _read_events(resp, chunk_times, res)
     except TimeoutError:
         res.error = "timeout"
-    except (httpx.ConnectError, httpx.ConnectTimeout):
-        res.error = "connect"
-    except httpx.TimeoutException:
-        res.error = "timeout"
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        res.error, res.error_detail = "connect", _detail(e)
+    except httpx.TimeoutException as e:
+        res.error, res.error_detail = "timeout", _detail(e)
     except (httpx.HTTPError, json.JSONDecodeError) as e:
-        res.error = f"protocol: {type(e).__name__}"
+        res.error, res.error_detail = f"protocol: {type(e).__name__}", _detail(e)
     end = time.perf_counter()
     res.elapsed_s = end - res.start
     if chunk_times:

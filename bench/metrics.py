@@ -58,6 +58,9 @@ class RunMetrics:
     share_max_over_mean: float | None
     prefix_hit_rate: float | None = None
     cached_tokens_fraction: float | None = None  # client-side cross-check from usage, not the headline
+    # How late the bench's own event loop ran (`bench.loop_lag`): client-side delay inside every latency.
+    client_loop_lag_p99_ms: float | None = None
+    client_loop_lag_max_ms: float | None = None
     ttft_ms_all: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:

@@ -20,6 +20,7 @@ JSON_KEYS = (
     "prefix_hit_rate",
     "share_max_over_mean",
     "errors",
+    "client_loop_lag_max_ms",
 )
 
 # (column header, RunMetrics attribute, format, lower is better)
@@ -54,7 +55,7 @@ def write_json(path: str | Path, runs: Sequence[PolicyRun], workload: dict[str, 
 
 # The fields of one `--requests-jsonl` record; `kvserve sim --requests-jsonl` writes the same.
 REQUEST_FIELDS = ("policy", "idx", "tenant", "replica", "sent_s", "ttft_ms", "e2e_ms", "prompt_tokens",
-                  "cached_tokens", "output_tokens", "ok", "error")
+                  "cached_tokens", "output_tokens", "ok", "error", "status", "elapsed_ms", "error_detail")
 
 
 def request_rows(run: PolicyRun) -> list[dict[str, Any]]:
@@ -71,6 +72,7 @@ def request_rows(run: PolicyRun) -> list[dict[str, Any]]:
             "sent_s": round(r.start - t0, 6), "ttft_ms": ms(r.ttft_s), "e2e_ms": ms(r.e2e_s),
             "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens,
             "output_tokens": r.output_tokens, "ok": r.ok, "error": r.error,
+            "status": r.status, "elapsed_ms": ms(r.elapsed_s), "error_detail": r.error_detail,
         }
         for r in sorted(run.results, key=lambda r: (r.start, r.idx))
     ]

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import httpx
 
 from bench.client import RequestResult, auth_headers, completion_body, stream_request
+from bench.loop_lag import LoopLag
 from bench.metrics import RunMetrics, summarize
 from bench.server_stats import Snapshot, fetch_stats, prefix_hit_rate
 from bench.timeline import StatsSampler, TimelineRow, build_timeline
@@ -32,6 +33,9 @@ class ReplayOptions:
     api_key: str | None = None
     concurrency: int | None = None  # closed loop when set; else arrivals drive an open loop
     timeout_s: float = 120.0
+    # Loopback handshakes complete in the kernel at once; the timer only catches a dead server,
+    # and on a saturated machine a starved client's loop can run seconds late (`bench.loop_lag`).
+    connect_timeout_s: float = 30.0
     max_inflight: int = 256
     use_token_ids: bool = False
     slo_ttft_ms: float = 2000.0
@@ -121,12 +125,15 @@ async def replay(
 ) -> PolicyRun:
     """Warm up (excluded), snapshot the engines' counters, replay, snapshot again, summarize."""
     limits = httpx.Limits(max_connections=max(opts.max_inflight, opts.concurrency or 1) + 4)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(opts.timeout_s, connect=10.0), limits=limits) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(opts.timeout_s, connect=opts.connect_timeout_s),
+                                 limits=limits) as client:
         for req in warmup:  # one at a time: wakes engines without shaping their caches much
             await _send(client, opts, req)
         before: Snapshot = await fetch_stats(client, opts.base_url, opts.headers)
         sampler = StatsSampler(lambda: fetch_stats(client, opts.base_url, opts.headers)) if opts.sample_stats else None
         sampler_task = asyncio.create_task(sampler.run()) if sampler else None
+        lag = LoopLag()
+        lag_task = asyncio.create_task(lag.run())
         t0 = time.perf_counter()
         late = 0
         try:
@@ -135,6 +142,8 @@ async def replay(
             else:
                 results, late = await _open_loop(client, opts, reqs, on_result)
         finally:
+            lag.stop()
+            await lag_task
             if sampler and sampler_task:
                 sampler.stop()
                 await sampler_task
@@ -142,6 +151,7 @@ async def replay(
     results.sort(key=lambda r: r.idx)
     metrics = summarize(results, slo_ttft_ms=opts.slo_ttft_ms, slo_itl_ms=opts.slo_itl_ms, replicas=after.keys())
     metrics.prefix_hit_rate = prefix_hit_rate(before, after)
+    metrics.client_loop_lag_p99_ms, metrics.client_loop_lag_max_ms = lag.summary()
     timeline = build_timeline(results, sampler.samples, t0) if sampler else []
     return PolicyRun(policy, metrics, results, timeline, late)
 

@@ -161,6 +161,7 @@ def request_rows(policy: str, requests: Sequence[SimRequest]) -> list[dict]:
             "e2e_ms": ms(r.arrival, r.finished), "prompt_tokens": r.prompt_tokens, "cached_tokens": r.hit_tokens,
             "output_tokens": r.generated, "ok": not r.failed and r.finished is not None,
             "error": "failed" if r.failed else None,
+            "status": None, "elapsed_ms": ms(r.arrival, r.finished), "error_detail": None,
         }
         for r in sorted(requests, key=lambda r: (r.arrival, r.idx))
     ]

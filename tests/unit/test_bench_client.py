@@ -87,6 +87,29 @@ def test_timeout_and_connection_errors():
         dead = t.url
     res = asyncio.run(_one(dead, _req(), timeout_s=2))
     assert res.error == "connect"
+    assert res.error_detail and res.error_detail.startswith("ConnectError")  # the socket's own words follow
+
+
+def test_loop_lag_sees_a_blocked_event_loop():
+    """A loop held 300 ms by synchronous work (or by a CPU it waits for) is measured as late."""
+    import time
+
+    from bench.loop_lag import LoopLag
+
+    async def scenario() -> tuple[float | None, float | None]:
+        lag = LoopLag(interval_s=0.02)
+        task = asyncio.create_task(lag.run())
+        await asyncio.sleep(0.1)
+        time.sleep(0.3)  # blocks the loop: the monitor's wake-up is due but cannot run
+        await asyncio.sleep(0.1)
+        lag.stop()
+        await task
+        return lag.summary()
+
+    p99, worst = asyncio.run(scenario())
+    assert worst is not None and 250.0 <= worst < 1000.0
+    assert p99 is not None and p99 <= worst
+    assert LoopLag().summary() == (None, None)
 
 
 def test_api_key_is_sent():
