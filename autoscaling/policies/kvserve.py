@@ -159,10 +159,9 @@ class KVServePolicy(ScalingPolicy):
         (the point p90s where a replica does not report bounds)."""
         ttft, itl = m.ttft_p90_ms, m.itl_p90_ms
         if low:
-            ttft = getattr(m, "ttft_p90_low_ms", None) if ttft is not None else None
-            itl = getattr(m, "itl_p90_low_ms", None) if itl is not None else None
-            ttft = m.ttft_p90_ms if ttft is None else ttft
-            itl = m.itl_p90_ms if itl is None else itl
+            ttft_low, itl_low = getattr(m, "ttft_p90_low_ms", None), getattr(m, "itl_p90_low_ms", None)
+            ttft = ttft if ttft is None or ttft_low is None else ttft_low
+            itl = itl if itl is None or itl_low is None else itl_low
         ratios = []
         if ttft is not None:
             ratios.append(ttft / self.slo.ttft_p90_ms)
