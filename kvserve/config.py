@@ -170,6 +170,15 @@ class AutoscalingConfig(_Section):
     )
     warm_timeout_s: float = Field(60.0, ge=0, description="Time budget for that warm-up.")
     look_back_s: float = Field(30.0, gt=0)
+    overload_memory_s: float = Field(
+        300.0, gt=0, description="The overload memory (the per-replica load that once broke the SLO, which vetoes "
+        "scale-downs back to it) expires after this long; each time it is re-learned within its lifetime of an "
+        "expiry, the lifetime doubles (the expiry was premature)."
+    )
+    overload_memory_max_s: float = Field(
+        86400.0, gt=0, description="Cap on that doubled lifetime: a load the fleet keeps failing at is re-learnt "
+        "at most ~log2(cap / overload_memory_s) times before it is remembered for this long."
+    )
     profile: str | None = Field(
         None, description="Engine profile JSON (`kvserve profile`) for the capacity model; None = SLO error only."
     )
@@ -178,6 +187,8 @@ class AutoscalingConfig(_Section):
     def _bounds(self) -> AutoscalingConfig:
         if self.min_replicas > self.max_replicas:
             raise ValueError("min_replicas must be <= max_replicas")
+        if self.overload_memory_s > self.overload_memory_max_s:
+            raise ValueError("overload_memory_s must be <= overload_memory_max_s")
         return self
 
 

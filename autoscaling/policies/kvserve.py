@@ -43,7 +43,9 @@ Then: an overload memory (the per-replica load that once broke the SLO: req/s pl
 service time of the window's mean request, so the same rate of longer prompts is more
 load -- at the load itself) vetoes scale-downs
 that would recreate that overload -- this is what stops 1 -> 2 -> 1 -> 2 flapping on a
-steady load when latency is steep in load (or when the profile is optimistic); min/max
+steady load when latency is steep in load (or when the profile is optimistic). It expires
+after `overload_memory_s` (one real overload must not hold a replica for good); re-learnt
+soon after an expiry, its lifetime doubles (up to `overload_memory_max_s`); min/max
 bounds; at most `max_step` replicas per decision; upscale/downscale delays (a wish must
 persist that long, as in Ray Serve).
 No metrics at all -> hold (except from zero replicas with requests waiting: cold
@@ -136,6 +138,9 @@ class KVServePolicy(ScalingPolicy):
         self.cfg, self.slo, self.profile, self.max_batch = cfg, slo, profile, max_batch
         self.gate = DelayGate(cfg.upscale_delay_s, cfg.downscale_delay_s)
         self.overload_per_replica: float | None = None  # `load()` per replica that broke the SLO
+        self.memory_until: float | None = None  # when the overload memory expires
+        self.memory_ttl_s = cfg.overload_memory_s  # its current lifetime (doubles on a premature expiry)
+        self.memory_expired_at: float | None = None
         self.rate_history: list[tuple[float, float]] = []  # (t, look-back rate), one per second at most
         self.queue_history: list[tuple[float, float]] = []  # (t, requests queued at the routers)
         self.startup_s = DEFAULT_STARTUP_S
@@ -355,6 +360,22 @@ class KVServePolicy(ScalingPolicy):
         x = min(load / (self.overload_per_replica * self.cfg.hysteresis), 1e6)
         return math.ceil(x * (1 - 1e-12))
 
+    def learn_overload(self, load_per_replica: float, now: float) -> None:
+        """Remember an SLO-driven overload. Re-learned within its lifetime of an expiry, the
+        expiry was premature (the load came back, and the fleet paid an overload for it): the
+        lifetime doubles, up to `overload_memory_max_s`, so a recurring overload flaps at most
+        log2(max / base) times before the memory holds for an hour."""
+        if self.memory_expired_at is not None and now - self.memory_expired_at < self.memory_ttl_s:
+            self.memory_ttl_s = min(2.0 * self.memory_ttl_s, self.cfg.overload_memory_max_s)
+        self.overload_per_replica = load_per_replica
+        self.memory_until = now + self.memory_ttl_s
+
+    def expire_overload(self, now: float) -> None:
+        """Forget the overload memory after its lifetime: one real overload (a burst of long
+        prompts, a minute of peak traffic) must not hold an extra replica for good."""
+        if self.overload_per_replica is not None and self.memory_until is not None and now >= self.memory_until:
+            self.overload_per_replica, self.memory_until, self.memory_expired_at = None, None, now
+
     # -- decision ----------------------------------------------------------------
 
     def decide(self, inp: ScalingInput) -> Decision:
@@ -368,6 +389,7 @@ class KVServePolicy(ScalingPolicy):
             return Decision(clamp(current, cfg.min_replicas, cfg.max_replicas), "no metrics: hold")
         sig = fleet_signals(inp.metrics)
         self._observe(inp, sig)
+        self.expire_overload(inp.now)
         r = self.fleet_slo_ratio(inp.metrics, sig)
         slo_n, slo_why = self.slo_demand(sig, inp, r, self.fleet_slo_ratio(inp.metrics, sig, low=True))
         queued = max(inp.queued_requests, 0.0)  # the window's peak: it lags a drain by `look_back_s`
@@ -400,7 +422,7 @@ class KVServePolicy(ScalingPolicy):
                         cfg.min_replicas, cfg.max_replicas)
         out = clamp(self.gate.apply(desired, current, inp.now, hold_down=recent_holds), cfg.min_replicas, cfg.max_replicas)
         if out > current and slo_n >= cap_n and slo_n > current and sig.rate_rps > MIN_RATE_RPS and current > 0:
-            self.overload_per_replica = self.load(sig) / current
+            self.learn_overload(self.load(sig) / current, inp.now)
         at_routers = f" ({queued:.0f} queued at the routers)" if queued > 0 else ""
         reason = f"{slo_why}; predicted {predicted:.1f} req/s{at_routers} -> capacity={cap_n}; desired={desired}"
         if recent_holds and desired < current:
@@ -411,6 +433,9 @@ class KVServePolicy(ScalingPolicy):
         return {
             "gate": self.gate.get_state(),
             "overload_per_replica": self.overload_per_replica,
+            "memory_until": self.memory_until,
+            "memory_ttl_s": self.memory_ttl_s,
+            "memory_expired_at": self.memory_expired_at,
             "rate_history": [[t, w] for t, w in self.rate_history],
             "queue_history": [[t, q] for t, q in self.queue_history],
             "startup_s": self.startup_s,
@@ -423,6 +448,10 @@ class KVServePolicy(ScalingPolicy):
         self.gate.set_state(state.get("gate", {}))
         v = state.get("overload_per_replica")
         self.overload_per_replica = None if v is None else float(v)
+        u, e = state.get("memory_until"), state.get("memory_expired_at")
+        self.memory_until = None if u is None else float(u)
+        self.memory_expired_at = None if e is None else float(e)
+        self.memory_ttl_s = float(state.get("memory_ttl_s", self.cfg.overload_memory_s))
         self.rate_history = [(float(t), float(w)) for t, w in state.get("rate_history", [])]
         self.queue_history = [(float(t), float(q)) for t, q in state.get("queue_history", [])]
         self.startup_s = float(state.get("startup_s", DEFAULT_STARTUP_S))

@@ -221,6 +221,9 @@ def test_steady_load_through_a_latency_plant_settles_without_flapping(
     """Flapping = going back to a replica count that already broke the SLO. On a steady load the
     policy may overshoot and trim, or undershoot once and learn, but never returns to a count it
     had to leave because of an SLO violation, and it settles."""
+    ticks = (800 if with_profile else 400) + 2 * cfg.max_replicas * int(cfg.downscale_delay_s + 1)
+    # Within the overload memory's lifetime (its expiry is tested apart below).
+    cfg = cfg.model_copy(update={"overload_memory_s": ticks + 1.0, "overload_memory_max_s": ticks + 1.0})
     policy = make_kvserve(cfg, with_profile)
     # (A zero-replica fleet reports nothing; from zero it is the cold-start path, tested apart.)
     current = cfg.max_replicas if start_at_max else max(cfg.min_replicas, 1)
@@ -230,7 +233,6 @@ def test_steady_load_through_a_latency_plant_settles_without_flapping(
     # previous rise, so climbing max_replicas one step at a time takes up to ~15 x 41 ticks.
     # Without one a comfortable fleet sheds one replica per downscale delay, and may do that
     # twice (down to a count that breaks the SLO, up in proportion, down to the remembered floor).
-    ticks = (800 if with_profile else 400) + 2 * cfg.max_replicas * int(cfg.downscale_delay_s + 1)
     for t in range(ticks):
         ms = plant(rate, current, mu, ttft0, itl0)
         new = policy.decide(step(float(t), current, ms)).replicas
@@ -313,6 +315,80 @@ def test_overload_memory_prevents_the_one_two_one_flap():
     assert policy.decide(step(1, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
     # When the load really falls, it may.
     assert policy.decide(step(2, 2, fleet(2, 4.0, 100.0, 20.0))).replicas == 1
+
+
+def _overloaded_then_comfortable(policy: KVServePolicy, t: float) -> None:
+    """At 1 replica, 10 req/s breaks the SLO (memory learnt); at 2 it is comfortable."""
+    assert policy.decide(step(t, 1, fleet(1, 10.0, 1500.0, 50.0))).replicas == 2
+    assert policy.decide(step(t + 1, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
+
+
+def test_overload_memory_expires_after_its_lifetime():
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
+                            overload_memory_s=300)
+    policy = KVServePolicy(cfg, SLO, None)
+    _overloaded_then_comfortable(policy, 0.0)
+    assert policy.decide(step(299, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
+    assert policy.decide(step(300, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1
+    assert policy.overload_per_replica is None
+
+
+def test_a_premature_expiry_doubles_the_memory_lifetime_up_to_its_cap():
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
+                            overload_memory_s=100, overload_memory_max_s=300)
+    policy = KVServePolicy(cfg, SLO, None)
+    _overloaded_then_comfortable(policy, 0.0)
+    assert policy.decide(step(100, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1  # expired at 100
+    _overloaded_then_comfortable(policy, 150.0)  # back within 100 s: the expiry was premature
+    assert policy.memory_ttl_s == 200
+    assert policy.decide(step(349, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
+    assert policy.decide(step(350, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1
+    _overloaded_then_comfortable(policy, 360.0)
+    assert policy.memory_ttl_s == 300  # 400, capped
+    assert policy.decide(step(659, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
+    assert policy.decide(step(660, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1
+    # An overload long after the last expiry is a new one: the lifetime stays, it does not double.
+    _overloaded_then_comfortable(policy, 2000.0)
+    assert policy.memory_ttl_s == 300 and policy.memory_until == 2300
+
+
+def test_on_a_steady_load_the_flaps_after_expiries_grow_geometrically_apart():
+    """A steady load that one replica cannot carry and two carry comfortably (the case the memory
+    exists for): each expiry costs one return to one replica, but each return doubles the memory's
+    lifetime, so over 6 hours there are only ~log2(cap / base) + rest / cap of them."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
+                            overload_memory_s=300, overload_memory_max_s=3600)
+    policy = KVServePolicy(cfg, SLO, None)
+    current, shrinks = 2, []
+    for t in range(6 * 3600):
+        ms = plant(10.0, current, mu=10.5, ttft0=150.0, itl0=10.0)  # r = 3.2 at one, 0.14 at two
+        new = policy.decide(step(float(t), current, ms)).replicas
+        if new < current:
+            shrinks.append(t)
+        current = new
+    gaps = [b - a for a, b in zip(shrinks, shrinks[1:])]
+    assert len(gaps) >= 5 and all(g >= min(300 * 2**k, 3600) for k, g in enumerate(gaps))
+    assert len(shrinks) <= 1 + 4 + 5  # the first; after lifetimes 300 to 2400; then at most hourly
+
+
+def test_overload_memory_lifetime_survives_a_state_round_trip():
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
+                            overload_memory_s=100, overload_memory_max_s=300)
+    a = KVServePolicy(cfg, SLO, None)
+    _overloaded_then_comfortable(a, 0.0)
+    a.decide(step(100, 2, fleet(2, 10.0, 100.0, 20.0)))
+    _overloaded_then_comfortable(a, 150.0)
+    b = KVServePolicy(cfg, SLO, None)
+    b.set_state(json.loads(json.dumps(a.get_state())))
+    assert (b.overload_per_replica, b.memory_until, b.memory_ttl_s, b.memory_expired_at) == (
+        a.overload_per_replica, 350.0, 200.0, 100.0)
+    assert b.decide(step(349, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
+    assert b.decide(step(350, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1
+
+
+def test_overload_memory_lifetime_must_not_exceed_its_cap():
+    with pytest.raises(ValueError, match="overload_memory_s"):
+        AutoscalingConfig(overload_memory_s=600, overload_memory_max_s=300)
 
 
 def _with_recent(ms: list[ReplicaMetrics], recent_total: float) -> list[ReplicaMetrics]:
