@@ -13,6 +13,7 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from kvserve.config import KVServeConfig
+from kvserve.serve_config import ingress_limits
 
 LIVE_ROUTERS = {
     # Serve's own default router (power of two choices on queue length).
@@ -60,19 +61,6 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
     else:
         opts["num_replicas"] = cfg.num_replicas
     return opts
-
-
-def ingress_limits(cfg: KVServeConfig) -> dict[str, int]:
-    """The ingress admits twice what the replicas' routers can hold (each replica's
-    `max_ongoing_requests` plus the routers' `max_queued_requests`), so that the routers' bound
-    -- an OpenAI-style 503 from the ingress, and a queue the autoscaler sees -- is the one that
-    binds, with room for the requests being turned away. Its own queue, in Serve's HTTP proxy
-    (whose 503s are plain), is bounded at the same size: it absorbs a burst's hand-over to the
-    ingress, and a sustained flood past it is refused instead of queued without end."""
-    s = cfg.server
-    replicas = cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.num_replicas
-    ongoing = max(2 * (s.max_ongoing_requests * max(replicas, 1) + max(s.max_queued_requests, 0)), 256)
-    return {"max_ongoing_requests": ongoing, "max_queued_requests": -1 if s.max_queued_requests < 0 else ongoing}
 
 
 def build_app(args: dict) -> serve.Application:

@@ -17,6 +17,7 @@ from kvserve.config import KVServeConfig
 
 IMPORT_PATH = "deployments.app:build_app"
 ROUTE_PREFIX = "/"
+REPLICA_DEPLOYMENT, INGRESS_DEPLOYMENT = "LLMReplica", "Ingress"
 
 # Keys that would carry a clear-text secret if someone ever added them to the model.
 _CLEAR_SECRET_KEYS = re.compile(r"^(key|api_key|token|password|secret)$", re.IGNORECASE)
@@ -34,17 +35,51 @@ def assert_no_clear_secrets(data: Any, path: str = "config") -> None:
             assert_no_clear_secrets(v, f"{path}[{i}]")
 
 
+def ingress_limits(cfg: KVServeConfig) -> dict[str, int]:
+    """The ingress admits twice what the replicas' routers can hold (each replica's
+    `max_ongoing_requests` plus the routers' `max_queued_requests`), so that the routers' bound
+    -- an OpenAI-style 503 from the ingress, and a queue the autoscaler sees -- is the one that
+    binds, with room for the requests being turned away. Its own queue, in Serve's HTTP proxy
+    (whose 503s are plain), is bounded at the same size: it absorbs a burst's hand-over to the
+    ingress, and a sustained flood past it is refused instead of queued without end."""
+    s = cfg.server
+    replicas = cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.num_replicas
+    ongoing = max(2 * (s.max_ongoing_requests * max(replicas, 1) + max(s.max_queued_requests, 0)), 256)
+    return {"max_ongoing_requests": ongoing, "max_queued_requests": -1 if s.max_queued_requests < 0 else ongoing}
+
+
+def size_overrides(cfg: KVServeConfig) -> list[dict[str, Any]]:
+    """What depends on a fixed replica count, as Serve's per-deployment config overrides.
+
+    Serve hashes an application's import path, runtime env and args into its code version, and
+    a new code version restarts every replica. So the count is not in the args (they carry
+    `num_replicas: 1`) but here, where changing it is a lightweight update: resizing adds or
+    drains replicas and restarts no engine that keeps serving (their KV caches survive), nor the
+    ingress (its `max_ongoing_requests` is reconfigured in place). With autoscaling on, Serve's
+    autoscaling config sizes the fleet and there is nothing to override."""
+    if cfg.autoscaling.enabled:
+        return []
+    return [
+        {"name": REPLICA_DEPLOYMENT, "num_replicas": cfg.num_replicas},
+        {"name": INGRESS_DEPLOYMENT, **ingress_limits(cfg)},
+    ]
+
+
 def build_application(cfg: KVServeConfig, runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
     """The single Serve application entry (one element of `applications`)."""
     dumped = cfg.model_dump(mode="json")
     assert_no_clear_secrets(dumped)
-    return {
+    overrides = size_overrides(cfg)
+    app = {
         "name": cfg.app_name,
         "route_prefix": ROUTE_PREFIX,
         "import_path": IMPORT_PATH,
-        "args": {"config": dumped},
+        "args": {"config": {**dumped, "num_replicas": 1} if overrides else dumped},
         "runtime_env": dict(runtime_env or {}),
     }
+    if overrides:
+        app["deployments"] = overrides
+    return app
 
 
 def build_serve_config(cfg: KVServeConfig, runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -74,4 +109,8 @@ def config_from_serve_config(serve_config: dict[str, Any] | str, app_name: str |
         apps = [a for a in apps if a.get("name") == app_name]
     if len(apps) != 1:
         raise ValueError(f"expected exactly one {IMPORT_PATH} application, found {len(apps)}")
-    return KVServeConfig.model_validate(apps[0]["args"]["config"])
+    raw = dict(apps[0]["args"]["config"])
+    for dep in apps[0].get("deployments") or []:
+        if dep.get("name") == REPLICA_DEPLOYMENT and "num_replicas" in dep:
+            raw["num_replicas"] = dep["num_replicas"]  # the count lives in the override (size_overrides)
+    return KVServeConfig.model_validate(raw)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deployments.app import ingress_limits
+from kvserve.serve_config import ingress_limits
 from kvserve.config import KVServeConfig
 
 

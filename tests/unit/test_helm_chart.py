@@ -118,7 +118,8 @@ def test_serve_config_round_trips_into_the_values_config(path):
         k: built_app[k] for k in ("name", "route_prefix", "import_path")
     }
     assert app["import_path"] == IMPORT_PATH
-    assert KVServeConfig.model_validate(built_app["args"]["config"]) == expected
+    assert config_from_serve_config(built) == expected
+    assert app.get("deployments") == built_app.get("deployments")  # the size overrides agree
 
 
 @pytest.mark.parametrize("path", CASES, ids=IDS)
@@ -207,6 +208,8 @@ def test_helm_rejects_invalid_values_naming_the_field(values, field):
         ({"kvserve": {"autoscaling": {"min_replicas": 5, "max_replicas": 2}}}, "min_replicas must be <="),
         ({"apiKeySecret": {"name": None}}, "no API keys configured"),
         ({"worker": {"minReplicas": 3, "maxReplicas": 1}}, "worker.minReplicas must be <="),
+        ({"kvserve": {"autoscaling": {"overload_memory_s": 900, "overload_memory_max_s": 600}}},
+         "overload_memory_s must be <="),
     ],
 )
 def test_chart_rejects_cross_field_errors_the_schema_cannot_express(values, message):
@@ -245,3 +248,22 @@ def test_service_monitor_scrapes_the_ingress_metrics_on_the_head_alone():
     components = {o["metadata"]["labels"].get("app.kubernetes.io/component") for o in objs if o["kind"] == "Service"}
     (expr,) = sm["spec"]["selector"]["matchExpressions"]
     assert {"metrics", "ingress-metrics"} <= components and set(expr["values"]) == {"metrics", "ingress-metrics"}
+
+
+def test_chart_resizing_keeps_the_serve_code_version():
+    """Changing the fixed replica count in the values must be a lightweight Serve update (no
+    engine restarts), exactly as for `build_serve_config`; other engine settings restart."""
+    from ray.serve._private.deploy_utils import get_app_code_version
+    from ray.serve.schema import ServeApplicationSchema
+
+    def version(values):
+        (rs,) = [o for objs in render_chart(values).values() for o in objs if o["kind"] == "RayService"]
+        (app,) = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]
+        return get_app_code_version(ServeApplicationSchema.model_validate(app)), app
+
+    v2, app2 = version({"kvserve": {"num_replicas": 2}})
+    v5, app5 = version({"kvserve": {"num_replicas": 5}})
+    assert v2 == v5 and app2["deployments"] != app5["deployments"]
+    built = build_serve_config(values_to_config(load_values_from({"kvserve": {"num_replicas": 5}})))
+    assert app5["deployments"] == built["applications"][0]["deployments"]
+    assert version({"kvserve": {"num_replicas": 5, "model": {"max_model_len": 4096}}})[0] != v5

@@ -83,3 +83,26 @@ def test_round_trip_through_yaml(cfg):
     text = serve_config_yaml(cfg)
     assert config_from_serve_config(yaml.safe_load(text)) == cfg
     assert build_serve_config(cfg)["http_options"]["port"] == cfg.server.port
+
+
+def test_resizing_a_fixed_fleet_is_a_lightweight_serve_update():
+    """Serve restarts every replica when an app's code version (import path, runtime env, args)
+    changes; the replica count must stay out of it, while anything else in the config changes it."""
+    from ray.serve._private.deploy_utils import get_app_code_version
+    from ray.serve.schema import ServeApplicationSchema
+
+    def app_of(cfg: KVServeConfig) -> ServeApplicationSchema:
+        (app,) = ServeDeploySchema.model_validate(build_serve_config(cfg)).applications
+        return app
+
+    two, four = KVServeConfig(num_replicas=2), KVServeConfig(num_replicas=4)
+    assert get_app_code_version(app_of(two)) == get_app_code_version(app_of(four))
+    (replica, ingress) = app_of(four).deployments
+    assert (replica.name, replica.num_replicas, ingress.name) == ("LLMReplica", 4, "Ingress")
+    assert ingress.max_ongoing_requests == 2 * (64 * 4 + 256)
+    assert config_from_serve_config(build_serve_config(four)) == four
+    other = four.model_copy(update={"router": four.router.model_copy(update={"policy": "pow2"})})
+    assert get_app_code_version(app_of(other)) != get_app_code_version(app_of(four))
+    # With autoscaling, Serve's autoscaling config sizes the fleet: no count override.
+    auto = KVServeConfig.model_validate({"autoscaling": {"enabled": True}})
+    assert app_of(auto).deployments == [] and config_from_serve_config(build_serve_config(auto)) == auto

@@ -62,6 +62,9 @@ plus the checks the JSON schema cannot express, failing with the field name.
 {{- if gt (int (dig "min_replicas" 1 $as)) (int (dig "max_replicas" 2 $as)) -}}
 {{- fail "kvserve.autoscaling.min_replicas must be <= kvserve.autoscaling.max_replicas" -}}
 {{- end -}}
+{{- if gt (float64 (dig "overload_memory_s" 300.0 $as)) (float64 (dig "overload_memory_max_s" 86400.0 $as)) -}}
+{{- fail "kvserve.autoscaling.overload_memory_s must be <= kvserve.autoscaling.overload_memory_max_s" -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -69,7 +72,22 @@ plus the checks the JSON schema cannot express, failing with the field name.
 {{- define "kvserve.serveConfig" -}}
 {{- $cfg := include "kvserve.config" . | fromYaml -}}
 {{- $http := dict "host" (dig "server" "host" "0.0.0.0" .Values.kvserve) "port" (include "kvserve.httpPort" . | int) "request_timeout_s" (dig "server" "request_timeout_s" 600.0 .Values.kvserve) -}}
-{{- $app := dict "name" (default "kvserve" $cfg.app_name) "route_prefix" "/" "import_path" "deployments.app:build_app" "args" (dict "config" $cfg) "runtime_env" .Values.serve.runtimeEnv -}}
+{{- $app := dict "name" (default "kvserve" $cfg.app_name) "route_prefix" "/" "import_path" "deployments.app:build_app" "runtime_env" .Values.serve.runtimeEnv -}}
+{{- if dig "autoscaling" "enabled" false $cfg -}}
+{{- $_ := set $app "args" (dict "config" $cfg) -}}
+{{- else -}}
+{{/* A fixed count goes in per-deployment overrides, not the args, so resizing restarts no engine (mirrors kvserve.serve_config.size_overrides). */}}
+{{- $n := int (dig "num_replicas" 2 $cfg) -}}
+{{- $mo := int (dig "server" "max_ongoing_requests" 64 $cfg) -}}
+{{- $mq := int (dig "server" "max_queued_requests" 256 $cfg) -}}
+{{- $ongoing := max (mul 2 (add (mul $mo $n) (max $mq 0))) 256 -}}
+{{- $queued := $ongoing -}}
+{{- if lt $mq 0 }}{{ $queued = -1 }}{{ end -}}
+{{- $args := deepCopy $cfg -}}
+{{- $_ := set $args "num_replicas" 1 -}}
+{{- $_ := set $app "args" (dict "config" $args) -}}
+{{- $_ := set $app "deployments" (list (dict "name" "LLMReplica" "num_replicas" $n) (dict "name" "Ingress" "max_ongoing_requests" $ongoing "max_queued_requests" $queued)) -}}
+{{- end -}}
 {{- toYaml (dict "http_options" $http "applications" (list $app)) -}}
 {{- end -}}
 
