@@ -267,3 +267,21 @@ def test_chart_resizing_keeps_the_serve_code_version():
     built = build_serve_config(values_to_config(load_values_from({"kvserve": {"num_replicas": 5}})))
     assert app5["deployments"] == built["applications"][0]["deployments"]
     assert version({"kvserve": {"num_replicas": 5, "model": {"max_model_len": 4096}}})[0] != v5
+
+
+def test_chart_resizing_changes_only_fields_kuberay_updates_in_place():
+    """KubeRay rolls out a new RayCluster when the cluster spec's hash changes, but leaves the worker
+    groups' replicas / minReplicas / maxReplicas out of that hash: a resize must touch nothing else."""
+
+    def cluster_spec(n):
+        (rs,) = [o for objs in render_chart({"kvserve": {"num_replicas": n}}).values() for o in objs
+                 if o["kind"] == "RayService"]
+        spec = rs["spec"]["rayClusterConfig"]
+        sizes = [(g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in spec["workerGroupSpecs"]]
+        for g in spec["workerGroupSpecs"]:
+            for k in ("replicas", "minReplicas", "maxReplicas"):
+                g.pop(k)
+        return spec, sizes
+
+    (spec2, sizes2), (spec5, sizes5) = cluster_spec(2), cluster_spec(5)
+    assert spec2 == spec5 and sizes2 != sizes5
