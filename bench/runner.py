@@ -165,7 +165,7 @@ def default_deploy(address: str) -> Deploy:
     def deploy(cfg: Any) -> None:
         from cluster.local import deploy as _deploy
 
-        _deploy(cfg, address=address)
+        _deploy(cfg, address=address, restart=True)  # every policy starts on cold engines
 
     return deploy
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 
 import httpx
@@ -68,8 +69,12 @@ def start_cluster(cfg: KVServeConfig, join_existing: bool = True) -> bool:
 
 
 def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 600.0,
-           on_wait: Callable[[str], None] | None = None) -> None:
-    """(Re)deploy the app described by `cfg` and wait until every replica serves."""
+           on_wait: Callable[[str], None] | None = None, restart: bool = False) -> None:
+    """(Re)deploy the app described by `cfg` and wait until every replica serves.
+
+    Replicas restart only when the config (apart from the replica count) or the code changed
+    (`deployments.app.deployment_version`): a resize keeps the running engines and their caches.
+    `restart`: replace every replica anyway (cold engines and caches)."""
     import ray
     from ray import serve
 
@@ -83,7 +88,10 @@ def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 
         http_options={"host": cfg.server.host, "port": cfg.server.port,
                       "request_timeout_s": cfg.server.request_timeout_s},
     )
-    serve.run(build_app({"config": cfg}), name=cfg.app_name, route_prefix="/", blocking=False)
+    args: dict = {"config": cfg}
+    if restart:
+        args["generation"] = uuid.uuid4().hex
+    serve.run(build_app(args), name=cfg.app_name, route_prefix="/", blocking=False)
     wait_ready(cfg, timeout_s, on_wait)
 
 

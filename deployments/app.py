@@ -7,6 +7,11 @@ Helm chart's serveConfigV2 alike.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
+import json
+from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -63,6 +68,32 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
     return opts
 
 
+SOURCE_PACKAGES = ("deployments", "router", "autoscaling", "kvserve")
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """sha256 of the Python sources the replicas run (these packages' .py files)."""
+    h = hashlib.sha256()
+    for pkg in SOURCE_PACKAGES:
+        root = Path(importlib.import_module(pkg).__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root.parent)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def deployment_version(config_args: dict, generation: str = "") -> str:
+    """What must restart a replica: the config it is built from (without the replica count) and
+    our code. `serve.run` otherwise gives every deploy a random version, so each `kvserve deploy`
+    -- a resize too -- restarted every engine and emptied every KV cache. With this version a
+    resize is a lightweight update (replicas added or drained, none restarted), as it is for a
+    Serve config file (`kvserve.serve_config.size_overrides`); there Serve derives the version itself.
+    `generation`: any new value forces a restart (the bench wants cold engines per policy)."""
+    payload = json.dumps([config_args, generation], sort_keys=True, default=str).encode()
+    return hashlib.sha256(payload + source_fingerprint().encode()).hexdigest()[:32]
+
+
 def build_app(args: dict) -> serve.Application:
     from deployments.ingress import Ingress
     from autoscaling.serve_adapter import drain_options_for
@@ -75,7 +106,9 @@ def build_app(args: dict) -> serve.Application:
     # scale: it restarts neither the engines that keep serving nor the ingress, whose restart
     # would cut the streams it is relaying (the replica count is not read by either).
     config_args = {**config, "num_replicas": 1}
-    replica = serve.deployment(LLMReplica).options(**replica_options(cfg)).bind(config_args)
+    version = deployment_version(config_args, str(args.get("generation", "")))
+    replica = serve.deployment(LLMReplica).options(**replica_options(cfg))
+    replica = replica.options(version=version, _internal=True).bind(config_args)  # (Serve's own way to pin it)
     ingress = serve.deployment(Ingress).options(
         name="Ingress",
         num_replicas=1,
@@ -83,4 +116,4 @@ def build_app(args: dict) -> serve.Application:
         **ingress_limits(cfg),
         **drain_options_for(cfg),  # a config change that does replace it lets its streams finish
     )
-    return ingress.bind(replica, config_args)
+    return ingress.options(version=version, _internal=True).bind(replica, config_args)

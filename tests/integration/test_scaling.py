@@ -72,4 +72,9 @@ def test_scale_down_drains_in_flight_streams(cluster):
     while time.monotonic() < deadline and len(cluster.stats()) != 1:
         time.sleep(1)
     assert httpx.get(cluster.url + "/ready", timeout=10).json()["running_replicas"] == 1
+    # A resize is a lightweight update: the survivor is one of the engines that served the streams
+    # (not a restarted one, whose KV cache would be empty).
+    (survivor,) = {s["replica_id"] for s in cluster.stats()}
+    assert survivor in {r["replica"] for r in results}
     deploy(cluster.cfg, address=None, timeout_s=600)  # back to two for any later test
+    assert survivor in {s["replica_id"] for s in cluster.stats()}

@@ -24,3 +24,18 @@ def test_an_unbounded_replica_queue_leaves_the_ingress_queue_unbounded_too():
     cfg = KVServeConfig(server={"max_queued_requests": -1})
     limits = ingress_limits(cfg)
     assert limits["max_queued_requests"] == -1 and limits["max_ongoing_requests"] >= 256
+
+
+def test_deploy_version_ignores_the_replica_count_only():
+    """`serve.run` restarts every replica when the deployment version changes; a resize must not."""
+    from deployments.app import build_app
+
+    def versions(args):
+        ingress = build_app(args)._bound_deployment
+        (replica,) = [a for a in ingress.init_args if hasattr(a, "_bound_deployment")]
+        return ingress._version, replica._bound_deployment._version
+
+    two = versions({"config": KVServeConfig(num_replicas=2)})
+    assert two == versions({"config": KVServeConfig(num_replicas=5)}) and two[0] == two[1]
+    assert two != versions({"config": KVServeConfig.model_validate({"router": {"policy": "pow2"}})})
+    assert two != versions({"config": KVServeConfig(num_replicas=2), "generation": "x"})  # a forced restart
