@@ -363,8 +363,8 @@ class KVServePolicy(ScalingPolicy):
     def learn_overload(self, load_per_replica: float, now: float) -> None:
         """Remember an SLO-driven overload. Re-learned within its lifetime of an expiry, the
         expiry was premature (the load came back, and the fleet paid an overload for it): the
-        lifetime doubles, up to `overload_memory_max_s`, so a recurring overload flaps at most
-        log2(max / base) times before the memory holds for an hour."""
+        lifetime doubles, up to `overload_memory_max_s`, so a recurring overload flaps about
+        log2(max / base) times before the memory holds for that long."""
         if self.memory_expired_at is not None and now - self.memory_expired_at < self.memory_ttl_s:
             self.memory_ttl_s = min(2.0 * self.memory_ttl_s, self.cfg.overload_memory_max_s)
         self.overload_per_replica = load_per_replica
