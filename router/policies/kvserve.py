@@ -143,6 +143,9 @@ class KVServePolicy(RoutingPolicy):
         Under saturation the replicas' predicted queues swing past each other; chasing the
         shorter one moves tenants back and forth, every move a miss that adds prefill work and
         evicts someone else. A fixed TTFT bound spills only what home cannot serve in time.
+        The rule guards against misses only: when another replica holds as much of the prompt
+        (a warmed new replica after scale-up, or a hot prefix that already spilled), leaving home
+        misses nothing, and the cost model with the affinity margin decides.
         """
         spill = self.cfg.spill_ttft_ms
         last = self._last
@@ -150,7 +153,9 @@ class KVServePolicy(RoutingPolicy):
             return False
         matches = last[1]
         held = matches.get(home, 0)
-        return held > 0 and held >= max(matches.values()) and last[2][home][1] <= spill
+        if held <= 0 or last[2][home][1] > spill:
+            return False
+        return all(n < held for rid, n in matches.items() if rid != home and rid in last[2])
 
     def _evaluate(
         self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
 from router.block_hash import chain_hashes
+from router.bookings import Bookings
 from router.policies.approx_tree import ApproxTreePolicy, HistoryRadixTree
 from router.policies.kvserve import KVServePolicy
 from router.policies.ray_prefix_sim import RayPrefixSimPolicy
@@ -404,10 +405,10 @@ def test_kvserve_incremental_known_load_equals_brute_force(ops):  # type: ignore
             assert p._known_load(load, now) == _brute_known_load(p, load, now)
 
 
-def _homed_policy(cfg: RouterConfig, hot: list[int]) -> KVServePolicy:
+def _homed_policy(cfg: RouterConfig, hot: list[int], holders: tuple[str, ...] = ("home",)) -> KVServePolicy:
     p = KVServePolicy(cfg, seed=0, block_size=BS)
-    for r in ("home", "other"):
-        p.on_cache_snapshot(r, chain_hashes(hot, BS), now=0.0)  # both replicas hold the prefix
+    for r in holders:
+        p.on_cache_snapshot(r, chain_hashes(hot, BS), now=0.0)
     first = request(hot + question())
     p.rank(first, idle("home", "other"), now=0.0)
     p.on_routed(first, "home", now=0.0)
@@ -416,14 +417,66 @@ def _homed_policy(cfg: RouterConfig, hot: list[int]) -> KVServePolicy:
 
 
 def test_kvserve_family_stays_home_under_the_spill_bound_however_short_other_queues_look():
-    """Below spill_ttft_ms a family does not chase the shorter queue (under saturation that ping-pongs
-    every tenant between replicas); above it, the cost model decides and it moves."""
-    hot = system_prompt(6)
+    """Below spill_ttft_ms a family does not chase a shorter queue where its prefix would miss (under
+    saturation that ping-pongs every tenant between replicas); above it, the cost model decides and it moves."""
+    hot = system_prompt(6, n=400)
+    # No miss surcharge and no affinity margin: only the spill rule keeps the family home.
+    cfg = dict(cache_miss_weight=0.0, home_affinity=0.0)
     queued = [ReplicaLoad("home", queued_prefill_tokens=800), ReplicaLoad("other")]  # ~1.5 s at home
-    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0), hot)
+    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0, **cfg), hot)
     assert p.rank(request(hot + question()), queued, now=5.0)[0] == "home"
-    p = _homed_policy(RouterConfig(spill_ttft_ms=None), hot)
+    p = _homed_policy(RouterConfig(spill_ttft_ms=None, **cfg), hot)
     assert p.rank(request(hot + question()), queued, now=5.0)[0] == "other"
-    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0), hot)
+    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0, **cfg), hot)
     deeper = [ReplicaLoad("home", queued_prefill_tokens=1500), ReplicaLoad("other")]  # ~2.9 s: over the bound
     assert p.rank(request(hot + question()), deeper, now=5.0)[0] == "other"
+
+
+def test_kvserve_home_gives_way_to_an_idle_replica_holding_the_same_prefix():
+    """The spill rule guards against misses only: when another replica holds the prefix too (a warmed
+    replica after scale-up), leaving home misses nothing, so the shorter queue wins (issue 5 item 4)."""
+    hot = system_prompt(6)
+    queued = [ReplicaLoad("home", queued_prefill_tokens=800), ReplicaLoad("other")]  # ~1.5 s at home
+    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0), hot, holders=("home", "other"))
+    assert p.rank(request(hot + question()), queued, now=5.0)[0] == "other"
+    # Holding less of the prompt than home is a partial miss: the rule still applies.
+    p = _homed_policy(RouterConfig(spill_ttft_ms=2000.0), hot, holders=("home",))
+    p.on_cache_snapshot("other", chain_hashes(hot, BS)[:20], now=0.0)
+    assert p.rank(request(hot + question()), queued, now=5.0)[0] == "home"
+
+
+def test_kvserve_burst_after_scale_up_reaches_the_warmed_replica():
+    """Every tenant's home is the old replica; a new one joins holding the same prefixes (warmed). A
+    24-request burst at concurrency 8, booked as the Serve adapter books it, must reach the new one."""
+    p = KVServePolicy(RouterConfig(spill_ttft_ms=2000.0), seed=0, block_size=BS)
+    bookings = Bookings(p)
+    prompts = [system_prompt(t) for t in range(4)]
+    held = [h for sp in prompts for h in chain_hashes(sp, BS)]
+    p.on_cache_snapshot("old", held, now=0.0)
+    now = 0.0
+    for i in range(12):  # history: each tenant homed on "old"
+        r = request(prompts[i % 4] + question(), tenant=str(i % 4))
+        rid = p.rank(r, idle("old"), now)[0]
+        bookings.decided(r, rid, now)
+        bookings.accepted(r, rid, now)
+        now += 0.5
+        bookings.finished(r.request_id, rid, now)
+    now += 15.0
+    for rid in ("old", "new"):
+        p.on_cache_snapshot(rid, held, now)
+    placed: Counter[str] = Counter()
+    inflight: list[tuple[str, str]] = []
+    for i in range(24):
+        r = request(prompts[i % 4] + question(), tenant=str(i % 4))
+        loads = [ReplicaLoad(x, ongoing=bookings.ongoing(x), running=bookings.ongoing(x)) for x in ("old", "new")]
+        rid = p.rank(r, loads, now)[0]
+        bookings.decided(r, rid, now)
+        bookings.accepted(r, rid, now)
+        placed[rid] += 1
+        inflight.append((r.request_id, rid))
+        if len(inflight) == 8:
+            done, where = inflight.pop(0)
+            now += 0.3
+            bookings.finished(done, where, now)
+        now += 0.01
+    assert placed["new"] >= 8, placed
