@@ -49,7 +49,9 @@ class Ingress:
         self._renderer = None
         self._board = None
         self.hot = HotPrefixTracker(self.cfg.engine.block_size)
-        self._hot_posted = 0.0
+        self._hot_dirty = False
+        if self.cfg.autoscaling.warm_prefixes:
+            self._hot_task = asyncio.get_running_loop().create_task(self._post_hot_every(5.0))
         await self.renderer()  # load tokenizer + chat template now, not on the first request
 
     # -- setup ------------------------------------------------------------------------------
@@ -154,12 +156,20 @@ class Ingress:
         """Track hot prefixes (keyed by tenant + the prompt's second block) for scale-up warming."""
         if len(hashes) < 2 or not self.cfg.autoscaling.warm_prefixes:
             return
-        now = time.monotonic()
-        self.hot.observe(f"{tenant}:{hashes[1]:x}", tokens, now)
-        if now - self._hot_posted > 5.0:
-            self._hot_posted = now
+        self.hot.observe(f"{tenant}:{hashes[1]:x}", tokens, time.monotonic())
+        self._hot_dirty = True
+
+    async def _post_hot_every(self, period_s: float) -> None:
+        """Post the hot set to the stats board while it changes. On a timer, not on arrival: a
+        replica that starts after a quiet spell must still see the last requests before it."""
+        while True:
+            await asyncio.sleep(period_s)
+            if not self._hot_dirty:
+                continue
+            self._hot_dirty = False
             try:
-                self._stats_board().put_hot.remote(self.hot.hottest(self.cfg.autoscaling.warm_prefixes * 4, now))
+                hot = self.hot.hottest(self.cfg.autoscaling.warm_prefixes * 4, time.monotonic())
+                self._stats_board().put_hot.remote(hot)
             except Exception:
                 log.exception("posting hot prefixes failed")
 

@@ -76,5 +76,28 @@ def test_scale_down_drains_in_flight_streams(cluster):
     # (not a restarted one, whose KV cache would be empty).
     (survivor,) = {s["replica_id"] for s in cluster.stats()}
     assert survivor in {r["replica"] for r in results}
+
+    # Scale-up with warm caches: a family seen 5 times (over autoscaling.warm_min_requests) within a
+    # few seconds reaches the stats board on the ingress's timer, and the replica added next pre-fills it.
+    system = " ".join(f"Rule {i}: answer briefly and cite clause {i}." for i in range(12))
+    with cluster.client() as c:
+        for i in range(5):
+            r = c.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 2, "messages": [
+                {"role": "system", "content": system}, {"role": "user", "content": f"Question {i}?"}]})
+            assert r.status_code == 200, r.text
+    time.sleep(6.5)  # one posting period (5 s) and then some
+    import ray
+
+    from deployments.stats_board import board
+
+    hot = ray.get(board(cluster.cfg.app_name).get_hot.remote())
+    assert hot and hot[0][0].startswith("tenant-a:") and hot[0][2] >= cluster.cfg.autoscaling.warm_min_requests, hot
+
     deploy(cluster.cfg, address=None, timeout_s=600)  # back to two for any later test
-    assert survivor in {s["replica_id"] for s in cluster.stats()}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(cluster.stats()) < 2:
+        time.sleep(1)
+    stats = {s["replica_id"]: s for s in cluster.stats()}
+    assert survivor in stats
+    (new,) = [s for rid, s in stats.items() if rid != survivor]
+    assert new["warmed_prefixes"] >= 1, new
