@@ -169,6 +169,11 @@ class AutoscalingConfig(_Section):
         "takes traffic (0 = off)."
     )
     warm_timeout_s: float = Field(60.0, ge=0, description="Time budget for that warm-up.")
+    warm_min_requests: float = Field(
+        4.0, ge=0, description="Warm only prefixes whose family was seen at least this often recently (a request "
+        "count decayed with a 2-minute half-life). A warm-up delays the replica's first traffic by one prefill per "
+        "prefix and pays back only if the family soon sends it requests; rarely seen prefixes are not worth it."
+    )
     look_back_s: float = Field(30.0, gt=0)
     overload_memory_s: float = Field(
         300.0, gt=0, description="The overload memory (the per-replica load that once broke the SLO, which vetoes "

@@ -54,10 +54,10 @@ class HotPrefixTracker:
     def _score(self, t: _Tenant, now: float) -> float:
         return t.score * math.exp(-self.decay * max(now - t.last, 0.0))
 
-    def hottest(self, n: int, now: float) -> list[tuple[str, list[int], float]]:
-        """Up to `n` (tenant, prefix token ids, decayed request count), hottest first."""
+    def hottest(self, n: int, now: float, min_score: float = 0.0) -> list[tuple[str, list[int], float]]:
+        """Up to `n` (tenant, prefix token ids, decayed request count), hottest first, counts >= `min_score`."""
         ranked = sorted(
             ((k, t.prefix, self._score(t, now)) for k, t in self._tenants.items() if len(t.prefix) >= self.min_tokens),
             key=lambda x: -x[2],
         )
-        return ranked[:n]
+        return [h for h in ranked[:n] if h[2] >= min_score]

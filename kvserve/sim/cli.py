@@ -175,7 +175,7 @@ def sim(
     out["workload"] = params
 
     if scaling_mode:
-        cols = ["slo_attainment", "replica_seconds", "oracle_replica_seconds", "replica_seconds_over_oracle", "failed_requests", "overloaded_503", "ttft_p90_ms", "itl_p90_ms", "max_replicas_seen"]
+        cols = ["slo_attainment", "replica_seconds", "oracle_replica_seconds", "replica_seconds_over_oracle", "failed_requests", "overloaded_503", "ttft_p90_ms", "itl_p90_ms", "max_replicas_seen", "scaleup_ttft_p50_ms", "scaleup_ttft_p90_ms"]
         rows = {n: {**out["autoscalers"][n], **out["details"][n]} for n in out["autoscalers"]}
         console.print(_table(f"autoscalers on {wl.name} (routing: {policy})", rows, cols))
     else:

@@ -29,6 +29,7 @@ from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings
 from kvserve.sim.metrics import ItlLog, TrailingPeak, percentile
 from kvserve.sim.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
+from router.hot_prefixes import HotPrefixTracker
 
 _STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE = range(6)
 PLOT_WINDOW_S = 10.0
@@ -55,6 +56,7 @@ class RunResult:
     overloaded_requests: int  # turned away with a 503: the routers' queue was full (max_queued_requests)
     wall_s: float
     timeline: list[dict] = field(default_factory=list)  # one row per scaling decision
+    serving_since: dict[str, float] = field(default_factory=dict)  # replica -> when it first took traffic
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, request, replica) if traced
 
 
@@ -114,6 +116,11 @@ class Cluster:
         self.cluster_ttft: deque[tuple[float, float]] = deque()
         self.cluster_arrivals: deque[float] = deque()
         self._n_created = 0
+        # Scale-up warming, as live: the ingress tracks each family's hot prefix (`router.hot_prefixes`,
+        # here over block hashes, one "token" per block) and a starting replica pre-fills the hottest.
+        self.hot: HotPrefixTracker | None = None
+        if scaling is not None and scaling.cfg.warm_prefixes:
+            self.hot = HotPrefixTracker(block_size=1, min_blocks=2)
         initial = replicas
         if scaling is not None:
             c = scaling.cfg
@@ -142,6 +149,25 @@ class Cluster:
         else:
             self._push(now + self.scaling.start_s, _READY, rep)  # type: ignore[union-attr]
         return rep
+
+    def _ready(self, rep: Replica, now: float) -> None:
+        """The engine is up. Warm it first when warming is on (the replica stays STARTING meanwhile)."""
+        if self.hot is None or rep.warmed:
+            self._make_serving(rep, now)
+            return
+        rep.warmed = True
+        cfg, ms, bs = self.scaling.cfg, 0.0, self.engine.block_size  # type: ignore[union-attr]
+        # Live, each hot prefix is one max_tokens=1 request run alone, until the time budget is spent.
+        for _, hashes, _ in self.hot.hottest(cfg.warm_prefixes, now, cfg.warm_min_requests):
+            if ms / 1000.0 > cfg.warm_timeout_s:
+                break
+            ms += self.profile.prefill_ms_for(len(hashes) * bs) + self.profile.decode_step_ms(1)
+            rep.kv.warm(hashes)
+        if not ms:
+            self._make_serving(rep, now)  # nothing hot enough: serve at once
+            return
+        self.touched.add(rep.rid)  # its stored-block events reach the routers with the next stats
+        self._push(now + ms / 1000.0, _READY, rep)
 
     def _make_serving(self, rep: Replica, now: float) -> None:
         rep.state = SERVING
@@ -190,6 +216,8 @@ class Cluster:
     def _arrive(self, req: SimRequest, now: float) -> None:
         if self.scaling is not None:
             self.cluster_arrivals.append(now)
+        if self.hot is not None and len(req.block_hashes) >= 2:
+            self.hot.observe(f"{req.tenant}:{req.block_hashes[1]:x}", req.block_hashes, now)
         if req.total_blocks > self.engine.kv_blocks:
             req.failed, req.finished = True, now
             self.rejected += 1
@@ -417,7 +445,7 @@ class Cluster:
                 self._decide(now)
             elif kind == _READY:
                 if obj.state == STARTING:  # type: ignore[attr-defined]
-                    self._make_serving(obj, now)  # type: ignore[arg-type]
+                    self._ready(obj, now)  # type: ignore[arg-type]
             elif kind == _GRACE:
                 self._grace_over(obj, now)  # type: ignore[arg-type]
         # Requests still waiting for a replica when the run ends were never served.
@@ -438,5 +466,6 @@ class Cluster:
             overloaded_requests=self.overloaded,
             wall_s=time.perf_counter() - t0,
             timeline=self.timeline,
+            serving_since=dict(self.serving_since),
             events=self.events,
         )

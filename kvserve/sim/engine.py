@@ -132,6 +132,29 @@ class KVCache:
         self.used -= freed
         req.refs = []
 
+    def warm(self, hashes: Sequence[int]) -> int:
+        """A warm-up request computed `hashes` and finished: they join the LRU as newest. Returns blocks added."""
+        refc, lru = self.refc, self.lru
+        added = 0
+        for h in hashes:
+            if h in refc:
+                continue
+            if h in lru:
+                lru.move_to_end(h)
+                continue
+            if self.used + len(lru) >= self.capacity:
+                if not lru:
+                    break  # everything pinned: no room to warm
+                old, _ = lru.popitem(last=False)
+                self.events[old] = False
+            lru[h] = None
+            self.events[h] = True
+            added += 1
+        for h in reversed(hashes):  # as `release`: a prefix's head is evicted after its tail
+            if h in lru:
+                lru.move_to_end(h)
+        return added
+
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
 
@@ -185,6 +208,7 @@ class Replica:
         self.seg_decoders = 0
         self.seg_chunks: list[tuple[SimRequest, int]] = []
         self.stats_dirty = True
+        self.warmed = False  # scale-up warm-up done (or skipped): ready to serve
 
     # ---- queueing ---------------------------------------------------------
 

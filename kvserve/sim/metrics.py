@@ -133,6 +133,27 @@ def latency_summary(requests: Sequence[SimRequest], itl: ItlLog) -> dict[str, fl
     }
 
 
+def scale_up_window(
+    requests: Sequence[SimRequest], serving_since: dict[str, float], window_s: float = 30.0
+) -> dict[str, float | int | None]:
+    """TTFT and hit rate of the requests each scaled-up replica took in its first `window_s` of serving.
+
+    The scale-up spike of issue 5 item 4: a new replica's first requests pay cold prefills unless it was
+    warmed. Replicas serving from t=0 are not scale-ups and are left out.
+    """
+    new = {rid: t for rid, t in serving_since.items() if t > 0.0}
+    win = [r for r in requests if r.replica in new and r.routed is not None and r.first_token is not None
+           and not r.failed and r.routed - new[r.replica] <= window_s]
+    ttft = [(r.first_token - r.arrival) * 1000.0 for r in win]  # type: ignore[operator]
+    blocks = sum(len(r.block_hashes) for r in win)
+    return {
+        "scaleup_requests": len(win),
+        "scaleup_ttft_p50_ms": percentile(ttft, 50),
+        "scaleup_ttft_p90_ms": percentile(ttft, 90),
+        "scaleup_hit_rate": sum(r.hit_blocks for r in win) / blocks if blocks else None,
+    }
+
+
 def prefix_hit_rate(requests: Sequence[SimRequest]) -> float:
     """Prompt blocks found cached on the chosen replica / all prompt blocks (block-weighted)."""
     hit = sum(r.hit_blocks for r in requests if r.admitted is not None)

@@ -17,7 +17,9 @@ from kvserve.config import KVServeConfig
 from kvserve.perf_model import EngineProfile
 from kvserve.sim.cluster import Cluster, RunResult, ScalingSetup
 from kvserve.sim.engine import EngineSettings
-from kvserve.sim.metrics import latency_summary, percentile, prefix_hit_rate, share_max_over_mean, slo_attainment
+from kvserve.sim.metrics import (
+    latency_summary, percentile, prefix_hit_rate, scale_up_window, share_max_over_mean, slo_attainment,
+)
 from kvserve.sim.oracle import (
     infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok, ttft_lower_bounds_ms,
 )
@@ -210,6 +212,7 @@ def compare_autoscalers(
             "replica_seconds_over_oracle": res.replica_seconds / oracle_rs if oracle_rs else None,
             "max_replicas_seen": max((row["existing"] for row in res.timeline), default=0),
             **latency_summary(res.requests, res.itl),
+            **scale_up_window(res.requests, res.serving_since),
         }
     out = _split(summary, AUTOSCALING_KEYS, "autoscalers", time.perf_counter() - t0)
     out["routing_policy"] = routing_policy

@@ -44,3 +44,15 @@ def test_prefix_is_common_to_every_observed_prompt(prompts):
     for _, prefix, _ in t.hottest(1, now=0):
         assert len(prefix) % 2 == 0
         assert all(common_prefix_len(prefix, p) == len(prefix) for p in prompts[1:])
+
+
+def test_min_score_leaves_out_rarely_seen_prefixes():
+    t = HotPrefixTracker(block_size=1, half_life_s=120.0, min_blocks=1)
+    for _ in range(5):
+        t.observe("hot", [1, 2, 3, 9], now=0)
+    for _ in range(2):
+        t.observe("rare", [4, 5, 6, 9], now=0)
+    assert [k for k, _, _ in t.hottest(4, now=0, min_score=4.0)] == ["hot"]
+    # The count decays: two minutes later the hot family counts 2.5, under the floor too.
+    assert t.hottest(4, now=120.0, min_score=4.0) == []
+    assert [k for k, _, _ in t.hottest(4, now=120.0, min_score=2.0)] == ["hot"]

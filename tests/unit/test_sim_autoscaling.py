@@ -72,3 +72,43 @@ def test_replica_seconds_count_starting_and_draining_replicas() -> None:
     res = cluster.run()
     # r0000 from 0, r0001 asked for at the first decision (0.5 s): both counted to the end
     assert abs(res.replica_seconds - (res.end_time + (res.end_time - 0.5))) < 1e-6
+
+
+def _first_requests_on_new_replica(res, cluster):  # type: ignore[no-untyped-def]
+    new = {rid for rid, t in res.serving_since.items() if t > 0}
+    assert len(new) == 1
+    (rid,) = new
+    return rid, sorted((r for r in res.requests if r.replica == rid), key=lambda r: r.routed)
+
+
+def test_scale_up_warming_prefills_the_hot_prefixes_before_the_replica_serves() -> None:
+    """As live (deployments/replica.py): a starting replica pre-fills the hottest tenant prefixes, paying
+    their prefill time before it is routable, so its first request of each hot tenant hits cache."""
+    warm = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0, warm_prefixes=3)
+    cold = warm.model_copy(update={"warm_prefixes": 0})
+    runs = {}
+    for name, cfg in (("warm", warm), ("cold", cold)):
+        _, cluster = _cluster(Scripted(high=2, t_up=5.0, t_down=1e9), cfg, start_s=2.0)
+        res = cluster.run()
+        rid, mine = _first_requests_on_new_replica(res, cluster)
+        runs[name] = (res.serving_since[rid] - cluster.replicas[rid].created, mine)
+    (warm_start, warm_reqs), (cold_start, cold_reqs) = runs["warm"], runs["cold"]
+    assert cold_start == 2.0  # engine start only
+    # 3 system prompts of 32 tokens (the 8 blocks every prompt of a tenant shares) at 1 ms/token
+    # prefill, each plus one 10 ms decode step: 3 x (32 + 10) ms.
+    assert abs(warm_start - (2.0 + 3 * 0.042)) < 1e-9
+    first_per_tenant = lambda reqs: {r.tenant: r for r in reversed(reqs)}  # noqa: E731
+    assert len(first_per_tenant(warm_reqs)) == len(first_per_tenant(cold_reqs)) == 3
+    assert all(r.hit_blocks == 8 for r in first_per_tenant(warm_reqs).values())
+    assert all(r.hit_blocks == 0 for r in first_per_tenant(cold_reqs).values())
+
+
+def test_scale_up_warming_skips_prefixes_under_the_request_floor() -> None:
+    """`warm_min_requests` above every family's recent count: nothing is warmed and nothing is delayed."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0, warm_prefixes=3,
+                            warm_min_requests=1e9)
+    _, cluster = _cluster(Scripted(high=2, t_up=5.0, t_down=1e9), cfg, start_s=2.0)
+    res = cluster.run()
+    rid, mine = _first_requests_on_new_replica(res, cluster)
+    assert res.serving_since[rid] - cluster.replicas[rid].created == 2.0
+    assert mine[0].hit_blocks == 0
