@@ -29,7 +29,7 @@ def main() -> None:
     try:
         deploy(cfg, address=None)
         url, model = base_url(cfg), cfg.model.name
-        for i in range(3):  # the hot set, as in warm_ab
+        for i in range(5):  # the hot set, as in warm_ab
             for t in range(warm_ab.TENANTS):
                 warm_ab._ttft(url, model, t, f"warm-up question {i}?")
         time.sleep(6)

@@ -1,6 +1,6 @@
 """Scale-up TTFT with and without prefix warming (issue 5, item 4), on the live CPU cluster.
 
-For each setting: 1 replica serves 4 tenants (each with a ~500-token system prompt) so the ingress
+For each setting: 1 replica serves 4 tenants (5 requests each) (each with a ~500-token system prompt) so the ingress
 learns the hot prefixes; the deployment then scales to 2 (a lightweight rescale, like the
 autoscaler's), and a burst of 24 requests at concurrency 8 measures TTFT while the new replica
 takes its first traffic. Run: `python -m bench.warm_ab` (starts and stops its own local cluster).
@@ -43,14 +43,18 @@ def run(warm_prefixes: int) -> dict:
                                  "autoscaling": {"warm_prefixes": warm_prefixes}}, environ={})
     deploy(cfg, address=None)
     url, model = base_url(cfg), cfg.model.name
-    for i in range(3):  # the hot set: every tenant seen a few times
+    for i in range(5):  # the hot set: every tenant seen 5 times, over autoscaling.warm_min_requests (4)
         for t in range(TENANTS):
             _ttft(url, model, t, f"warm-up question {i}?")
     time.sleep(6)  # the ingress posts hot prefixes every 5 s; replicas post stats every second
     old = {s["replica_id"] for s in httpx.get(url + "/kvserve/stats").json()["replicas"]}
     deploy(cfg.model_copy(update={"num_replicas": 2}), address=None)
-    stats = httpx.get(url + "/kvserve/stats").json()["replicas"]
-    new = [s for s in stats if s["replica_id"] not in old]
+    new: list[dict] = []
+    for _ in range(15):  # the new replica serves; its first stats reach the board within a second or two
+        new = [s for s in httpx.get(url + "/kvserve/stats").json()["replicas"] if s["replica_id"] not in old]
+        if new:
+            break
+        time.sleep(1)
     jobs = [(t % TENANTS, f"burst question {t}?") for t in range(24)]
     with cf.ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda j: _ttft(url, model, *j), jobs))
