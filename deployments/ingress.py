@@ -25,7 +25,7 @@ from deployments.errors import APIError, error_response
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
 from kvserve.config import KVServeConfig
 from router.block_hash import chain_hashes
-from router.hot_prefixes import HotPrefixTracker
+from router.hot_prefixes import HotPrefixTracker, family_key
 
 log = logging.getLogger("kvserve.ingress")
 
@@ -156,7 +156,7 @@ class Ingress:
         """Track hot prefixes (keyed by tenant + the prompt's second block) for scale-up warming."""
         if len(hashes) < 2 or not self.cfg.autoscaling.warm_prefixes:
             return
-        self.hot.observe(f"{tenant}:{hashes[1]:x}", tokens, time.monotonic())
+        self.hot.observe(family_key(tenant, hashes), tokens, time.monotonic())
         self._hot_dirty = True
 
     async def _post_hot_every(self, period_s: float) -> None:
@@ -168,7 +168,8 @@ class Ingress:
                 continue
             self._hot_dirty = False
             try:
-                hot = self.hot.hottest(self.cfg.autoscaling.warm_prefixes * 4, time.monotonic())
+                a = self.cfg.autoscaling  # families under the floor are not worth a replica's start-up time
+                hot = self.hot.hottest(a.warm_prefixes * 4, time.monotonic(), a.warm_min_requests)
                 self._stats_board().put_hot.remote(hot)
             except Exception:
                 log.exception("posting hot prefixes failed")

@@ -116,8 +116,7 @@ class LLMReplica:
             from deployments.stats_board import board
 
             hot = await board(self.cfg.app_name).get_hot.remote()
-            floor = self.cfg.autoscaling.warm_min_requests  # cold prefixes delay start-up for nothing
-            for _, tokens, _ in [h for h in hot if h[2] >= floor][:n]:
+            for _, tokens, _ in hot[:n]:  # the ingress posts only families over warm_min_requests
                 if time.monotonic() - start > budget:
                     break
                 req_id = f"warm-{self.replica_id}-{self.warmed_prefixes}"

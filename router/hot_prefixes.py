@@ -27,6 +27,11 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def family_key(tenant: str, block_hashes: Sequence[int]) -> str:
+    """A prefix family: the tenant plus the prompt's second block (its first may be a shared preamble)."""
+    return f"{tenant}:{block_hashes[1]:x}"
+
+
 class HotPrefixTracker:
     def __init__(self, block_size: int, half_life_s: float = 120.0, max_tenants: int = 1024,
                  min_blocks: int = 2) -> None:

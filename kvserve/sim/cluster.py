@@ -29,7 +29,7 @@ from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings
 from kvserve.sim.metrics import ItlLog, TrailingPeak, percentile
 from kvserve.sim.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
-from router.hot_prefixes import HotPrefixTracker
+from router.hot_prefixes import HotPrefixTracker, family_key
 
 _STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE = range(6)
 PLOT_WINDOW_S = 10.0
@@ -217,7 +217,7 @@ class Cluster:
         if self.scaling is not None:
             self.cluster_arrivals.append(now)
         if self.hot is not None and len(req.block_hashes) >= 2:
-            self.hot.observe(f"{req.tenant}:{req.block_hashes[1]:x}", req.block_hashes, now)
+            self.hot.observe(family_key(req.tenant, req.block_hashes), req.block_hashes, now)
         if req.total_blocks > self.engine.kv_blocks:
             req.failed, req.finished = True, now
             self.rejected += 1

@@ -133,27 +133,14 @@ class KVCache:
         req.refs = []
 
     def warm(self, hashes: Sequence[int]) -> int:
-        """A warm-up request computed `hashes` and finished: they join the LRU as newest. Returns blocks added."""
-        refc, lru = self.refc, self.lru
-        added = 0
-        for h in hashes:
-            if h in refc:
-                continue
-            if h in lru:
-                lru.move_to_end(h)
-                continue
-            if self.used + len(lru) >= self.capacity:
-                if not lru:
-                    break  # everything pinned: no room to warm
-                old, _ = lru.popitem(last=False)
-                self.events[old] = False
-            lru[h] = None
-            self.events[h] = True
-            added += 1
-        for h in reversed(hashes):  # as `release`: a prefix's head is evicted after its tail
-            if h in lru:
-                lru.move_to_end(h)
-        return added
+        """A warm-up request runs alone and finishes: the same admit, register and release as any request,
+        so its blocks join the LRU as newest. Returns blocks added (0 when it cannot fit)."""
+        req = SimRequest(-1, 0.0, 0, 1, list(hashes), len(hashes))
+        if not self.try_admit(req):
+            return 0
+        self.register(req, len(hashes))
+        self.release(req)
+        return len(hashes) - req.hit_blocks
 
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
