@@ -5,14 +5,18 @@ safety net:
   (b) Capacity model (`autoscaling.capacity`): the *predicted* request rate and mean
       uncached prompt / output lengths -> replicas needed. Arrival rate is visible at
       once (latency lags it), so the prediction is
-        max(look-back rate, recent rate) + rising trend x (replica start-up + upscale delay)
+        max(look-back rate, recent rate, ramp forecast)
       where the recent rate covers the last few seconds (a load step shows up within
       them) and counts only when it is more than the fleet can serve at all (modelled
       utilization 1: its queues then grow from the first second); below that, a few
       seconds of Poisson noise is no reason to add a replica, and the look-back rate
-      decides. The trend is the look-back rate's slope, counted only when it has risen
-      over three consecutive 15 s segments (a ramp, not a step: a step's look-back rate
-      looks like a 30 s ramp, and extrapolating it would over-provision). The start-up
+      decides. The ramp forecast is a least-squares line through the last minute of
+      recent-rate samples (disjoint 5 s windows), read one replica start-up plus the
+      upscale delay ahead; it counts only when its slope is significant against the
+      samples' Poisson noise and the line fits them (a step or a burst does not: its
+      residuals are far larger than that noise, and extrapolating it would over-provision).
+      Samples taken while the routers hold requests are left out (replicas then count
+      what they admit, not what arrives). The start-up
       time is measured from the replicas the policy asked for. Scale-down is planned on
       the look-back rate (the recent rate's noise would keep restarting the delay), does
       not act while the recent rate alone asks for more (a step's first seconds), and goes
@@ -67,8 +71,10 @@ from kvserve.perf_model import EngineProfile
 
 MIN_RATE_RPS = 1e-6  # below this a fleet is idle: too little traffic to learn an overload rate from
 DEFAULT_STARTUP_S = 30.0  # replica start-up assumed until one has been measured
-TREND_SEGMENT_S = 15.0  # the trend must hold over 3 consecutive segments of this length
-HISTORY_S = 3 * TREND_SEGMENT_S + 5.0
+TREND_SAMPLE_S = 5.0  # one recent-rate sample per this (the replicas' recent window: disjoint samples)
+TREND_FIT_S = 60.0  # the rising trend is a line fitted through this much of them
+TREND_MIN_SAMPLES = 4
+TREND_Z = 2.5  # standard errors: the slope's significance, and the line's fit
 FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
 MAX_SLO_FACTOR = 2.0  # an SLO-driven upscale at most doubles the fleet per settle period
 MIN_P90_SAMPLES = 10  # requests in the look-back window before a p90 above target may add replicas
@@ -141,7 +147,8 @@ class KVServePolicy(ScalingPolicy):
         self.memory_until: float | None = None  # when the overload memory expires
         self.memory_ttl_s = cfg.overload_memory_s  # its current lifetime (doubles on a premature expiry)
         self.memory_expired_at: float | None = None
-        self.rate_history: list[tuple[float, float]] = []  # (t, look-back rate), one per second at most
+        # (t, recent rate, whether it counts arrivals: nothing held at the routers), one per TREND_SAMPLE_S
+        self.recent_history: list[tuple[float, float, bool]] = []
         self.queue_history: list[tuple[float, float]] = []  # (t, requests queued at the routers)
         self.startup_s = DEFAULT_STARTUP_S
         self.pending_since: float | None = None  # when the fleet last had replicas starting
@@ -238,28 +245,55 @@ class KVServePolicy(ScalingPolicy):
     def settled(self, now: float) -> bool:
         return self.running_rose_at is None or now - self.running_rose_at >= self.cfg.look_back_s
 
+    def trend_fit(self, now: float) -> tuple[float, float] | None:
+        """(fitted arrival rate at `now`, rising slope in req/s per s) of the recent-rate samples,
+        or None unless the last `TREND_FIT_S` show a significant, linear rise.
+
+        The samples are the replicas' recent (5 s) rates, one per `TREND_SAMPLE_S`: disjoint
+        windows, so each is an independent Poisson estimate with variance ~ rate / 5 s, and a
+        least-squares line through them has a known noise. The slope counts when it is
+        `TREND_Z` standard errors above zero (a flat load's noise almost never is) and the line
+        fits (residuals' chi-square within `TREND_Z` of its degrees of freedom): a step, or a
+        burst, leaves residuals far larger than Poisson noise, and extrapolating one would
+        over-provision."""
+        pts = [(t, y) for t, y, ok in self.recent_history if ok and now - t <= TREND_FIT_S + 1e-9]
+        n = len(pts)
+        if n < TREND_MIN_SAMPLES:
+            return None
+        t_mean = sum(t for t, _ in pts) / n
+        y_mean = sum(y for _, y in pts) / n
+        sxx = sum((t - t_mean) ** 2 for t, _ in pts)
+        if sxx <= 0:
+            return None
+        slope = sum((t - t_mean) * (y - y_mean) for t, y in pts) / sxx
+        var = max(y_mean, 1.0) / TREND_SAMPLE_S  # Poisson variance of one sample's rate
+        se = math.sqrt(var / sxx)
+        if slope <= TREND_Z * se:
+            return None
+        chi2 = sum((y - y_mean - slope * (t - t_mean)) ** 2 for t, y in pts) / var
+        dof = n - 2
+        if chi2 > dof + TREND_Z * math.sqrt(2.0 * dof):
+            return None
+        return y_mean + slope * (now - t_mean), slope
+
     def rate_trend(self, now: float) -> float:
-        """Rising slope (req/s per s) of the look-back rate, or 0 unless it rose over each of
-        the last three `TREND_SEGMENT_S` segments (the smallest of the three slopes)."""
-
-        def at(t: float) -> float | None:
-            older = [w for (ts, w) in self.rate_history if ts <= t + 0.5]
-            return older[-1] if older else None
-
-        points = [at(now - k * TREND_SEGMENT_S) for k in range(4)]
-        if any(p is None for p in points):
-            return 0.0
-        slopes = [(points[k] - points[k + 1]) / TREND_SEGMENT_S for k in range(3)]  # type: ignore[operator]
-        # A ramp rises evenly; a step's look-back rate rises for one window and then stops, so
-        # its segments disagree. Poisson noise of a segment's slope is ~sqrt(2 W seg) / (L seg).
-        noise = math.sqrt(2.0 * max(points[0], 1.0) * TREND_SEGMENT_S) / (self.cfg.look_back_s * TREND_SEGMENT_S)  # type: ignore[arg-type]
-        low = min(slopes)
-        return low if low >= max(max(slopes) / 3.0, 2.0 * noise) else 0.0
+        """Rising slope (req/s per s) of the arrival rate, 0 without a significant linear rise."""
+        fit = self.trend_fit(now)
+        return fit[1] if fit else 0.0
 
     def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0, replicas: int | None = None) -> float:
         """`replicas`: the recent rate counts only if it overloads that many (None: always)."""
-        horizon = self.startup_s + self.cfg.upscale_delay_s
-        return self.arrival_rate(sig, now, queued, replicas) + self.rate_trend(now) * horizon
+        return max(self.arrival_rate(sig, now, queued, replicas), self.ramp_rate(now, queued))
+
+    def ramp_rate(self, now: float, queued: float = 0.0) -> float:
+        """On a rising ramp: the fitted rate one start-up (and upscale delay) ahead; 0 without a
+        ramp. The line's own level at `now` is the base, as the look-back rate lags a ramp by
+        half its window."""
+        fit = self.trend_fit(now)
+        if fit is None:
+            return 0.0
+        level, slope = fit
+        return level + queued / self.cfg.look_back_s + slope * (self.startup_s + self.cfg.upscale_delay_s)
 
     def recent_overloads(self, sig: FleetSignals, replicas: int) -> bool:
         """Whether the recent rate is more than `replicas` can serve at all (modelled utilization
@@ -310,9 +344,11 @@ class KVServePolicy(ScalingPolicy):
             self.running_rose_at = now
         self.last_running = inp.running_replicas
         if sig is not None:
-            if not self.rate_history or now - self.rate_history[-1][0] >= 1.0:
-                self.rate_history.append((now, sig.rate_rps))
-            self.rate_history = [(t, w) for (t, w) in self.rate_history if now - t <= HISTORY_S]
+            if not self.recent_history or now - self.recent_history[-1][0] >= TREND_SAMPLE_S - 1e-9:
+                # While the routers hold requests, replicas count only what they admit: such a
+                # sample is their service rate, not the arrivals, and would bend the line.
+                self.recent_history.append((now, sig.recent_rate_rps, inp.queued_requests <= 0))
+            self.recent_history = [h for h in self.recent_history if now - h[0] <= TREND_FIT_S + 1e-9]
         if not self.queue_history or now - self.queue_history[-1][0] >= 1.0:
             self.queue_history.append((now, max(inp.queued_requests, 0.0)))
         else:
@@ -402,7 +438,7 @@ class KVServePolicy(ScalingPolicy):
             # rate's Poisson noise crosses a replica boundary every minute or so, and each
             # crossing would restart the delay. But a shrink never *acts* while the recent rate
             # alone asks for more (the start of a load step, which the look-back rate lags).
-            settled_rate = sig.rate_rps + queued / cfg.look_back_s + self.rate_trend(inp.now) * (self.startup_s + cfg.upscale_delay_s)
+            settled_rate = max(sig.rate_rps + queued / cfg.look_back_s, self.ramp_rate(inp.now, queued))
             settled = max(slo_n, self.capacity_demand(sig, settled_rate))
             recent_holds = settled < max(slo_n, self.capacity_demand(sig, self.predicted_rate(sig, inp.now, queued)))
             desired = settled
@@ -436,7 +472,7 @@ class KVServePolicy(ScalingPolicy):
             "memory_until": self.memory_until,
             "memory_ttl_s": self.memory_ttl_s,
             "memory_expired_at": self.memory_expired_at,
-            "rate_history": [[t, w] for t, w in self.rate_history],
+            "recent_history": [[t, w, ok] for t, w, ok in self.recent_history],
             "queue_history": [[t, q] for t, q in self.queue_history],
             "startup_s": self.startup_s,
             "pending_since": self.pending_since,
@@ -452,7 +488,7 @@ class KVServePolicy(ScalingPolicy):
         self.memory_until = None if u is None else float(u)
         self.memory_expired_at = None if e is None else float(e)
         self.memory_ttl_s = float(state.get("memory_ttl_s", self.cfg.overload_memory_s))
-        self.rate_history = [(float(t), float(w)) for t, w in state.get("rate_history", [])]
+        self.recent_history = [(float(t), float(w), bool(ok)) for t, w, ok in state.get("recent_history", [])]
         self.queue_history = [(float(t), float(q)) for t, q in state.get("queue_history", [])]
         self.startup_s = float(state.get("startup_s", DEFAULT_STARTUP_S))
         p, r = state.get("pending_since"), state.get("running_rose_at")

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from autoscaling.base import ScalingInput
 from autoscaling.capacity import replicas_needed
-from autoscaling.policies.kvserve import DEFAULT_STARTUP_S, TREND_SEGMENT_S, KVServePolicy
+import random
+
+from autoscaling.policies.kvserve import DEFAULT_STARTUP_S, TREND_SAMPLE_S, KVServePolicy
 from autoscaling.window import SignalWindow, WindowMetrics, metrics_from_stats
 from kvserve.config import AutoscalingConfig, SLOConfig
 from tests.unit.test_autoscaling_policies import PROFILE
@@ -46,9 +48,13 @@ def test_recent_rate_scales_up_before_the_look_back_rate_catches_up():
     assert policy.decide(ScalingInput(0.0, 1, 1, fleet(1, rate=20.0, recent=1.0))).replicas == need(20.0)
 
 
-def _feed(policy: KVServePolicy, rates: list[float], current: int) -> int:
+def _feed(policy: KVServePolicy, rates: list[float], current: int, recent: list[float] | None = None,
+          queued: list[float] | None = None) -> int:
+    """One decision per second; `rates` are look-back rates, `recent` the recent (5 s) rates."""
     for t, r in enumerate(rates):
-        current = policy.decide(ScalingInput(float(t), current, current, fleet(current, r, r))).replicas
+        rr = r if recent is None else recent[t]
+        q = 0.0 if queued is None else queued[t]
+        current = policy.decide(ScalingInput(float(t), current, current, fleet(current, r, rr), queued_requests=q)).replicas
     return current
 
 
@@ -69,12 +75,53 @@ def _sig(rate: float):  # type: ignore[no-untyped-def]
     return fleet_signals(fleet(1, rate, rate))
 
 
+def _poisson_rates(rate_at, seconds: int, seed: int) -> list[float]:  # type: ignore[no-untyped-def]
+    """Recent (5 s) rates of Poisson arrivals with intensity `rate_at(t)`, one per second."""
+    rng = random.Random(seed)
+    counts = []
+    for t in range(seconds):
+        lam, n, acc = rate_at(t), 0, rng.expovariate(1.0)
+        while acc < lam:  # arrivals in one second
+            n += 1
+            acc += rng.expovariate(1.0)
+        counts.append(n)
+    return [sum(counts[max(0, t - 4): t + 1]) / TREND_SAMPLE_S for t in range(seconds)]
+
+
+def test_a_noisy_ramp_is_seen_and_its_forecast_leads_the_look_back_rate():
+    # The look-back rate of a ramp lags it by half its window; the fitted line does not.
+    slope, seconds = 0.3, 90
+    rates = [10.0 + slope * max(t - 15, 0) for t in range(seconds)]  # the look-back rate (30 s window)
+    recent = _poisson_rates(lambda t: 10.0 + slope * t, seconds, seed=1)
+    policy = KVServePolicy(cfg(upscale_delay_s=10), SLO, PROFILE)
+    _feed(policy, rates, 1, recent)
+    now = float(seconds - 1)
+    assert 0.5 * slope < policy.rate_trend(now) < 1.5 * slope
+    truth_ahead = 10.0 + slope * (now + DEFAULT_STARTUP_S + 10)
+    assert abs(policy.ramp_rate(now) - truth_ahead) < 0.2 * truth_ahead
+    assert policy.predicted_rate(_sig(rates[-1]), now) > rates[-1] + slope * (DEFAULT_STARTUP_S + 10)
+
+
 def test_a_step_is_not_extrapolated():
-    # The look-back rate of a step rises linearly for one window (30 s), then stays flat.
-    rates = [5.0] * 30 + [5.0 + 15.0 * min(t, 30) / 30 for t in range(1, 46)]
+    # The recent rate of a step jumps; a line through it does not fit the samples.
+    recent = [5.0] * 40 + [20.0] * 15
+    rates = [5.0] * 40 + [5.0 + 15.0 * min(t, 30) / 30 for t in range(1, 16)]
     policy = KVServePolicy(cfg(), SLO, PROFILE)
-    _feed(policy, rates, 1)
+    _feed(policy, rates, 1, recent)
     assert policy.rate_trend(float(len(rates) - 1)) == 0.0
+
+
+def test_flat_poisson_loads_rarely_read_as_ramps():
+    """Over 200 independent minutes of a flat Poisson load, a significant, fitting rise is rare:
+    the false-alarm rate of a 2.5-sigma one-sided test is ~0.6%."""
+    alarms = 0
+    for seed in range(200):
+        level = 2.0 + (seed % 10) * 8.0
+        recent = _poisson_rates(lambda t: level, 61, seed)
+        policy = KVServePolicy(cfg(), SLO, PROFILE)
+        _feed(policy, [level] * 61, need(level), recent)
+        alarms += policy.rate_trend(60.0) > 0
+    assert alarms <= 6
 
 
 @settings(max_examples=60, deadline=None)
@@ -83,7 +130,23 @@ def test_flat_noisy_rate_has_no_trend(level, noise):
     """Jitter of the size a 30 s window shows on a flat load never reads as a ramp."""
     policy = KVServePolicy(cfg(), SLO, PROFILE)
     _feed(policy, [level + n * min(level, 10) ** 0.5 / 10 for n in noise], need(level))
-    assert policy.rate_trend(59.0) * (DEFAULT_STARTUP_S + TREND_SEGMENT_S) < max(level, 1.0) * 0.5
+    assert policy.rate_trend(59.0) * DEFAULT_STARTUP_S < max(level, 1.0) * 0.5
+
+
+def test_samples_taken_while_the_routers_hold_requests_are_left_out():
+    # Saturated: the replicas admit a flat 20 req/s while arrivals keep rising, then a flush.
+    # Those samples are service rates; fitting them would bend (and reject) the line.
+    slope, seconds = 0.3, 60
+    recent = [min(10.0 + slope * t, 20.0) for t in range(seconds)]
+    queued = [0.0 if 10.0 + slope * t <= 20.0 else 50.0 for t in range(seconds)]
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    _feed(policy, recent, 1, recent, queued)
+    fitted = [t for t, _, ok in policy.recent_history if ok]
+    assert fitted and max(fitted) <= 34  # the rate reached 20 req/s at t = 33.3
+    assert abs(policy.rate_trend(float(seconds - 1)) - slope) < 1e-6
+    restored = KVServePolicy(cfg(), SLO, PROFILE)
+    restored.set_state(json.loads(json.dumps(policy.get_state())))
+    assert restored.recent_history == policy.recent_history
 
 
 def test_start_up_time_is_measured_from_the_replicas_asked_for():
