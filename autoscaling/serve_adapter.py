@@ -27,7 +27,7 @@ from ray.serve.config import AutoscalingContext
 
 from autoscaling.base import ReplicaMetrics, ScalingInput
 from autoscaling.registry import make_autoscaler
-from autoscaling.window import STAT_PREFIX, metrics_from_stats
+from autoscaling.window import STAT_PREFIX, metrics_from_stats, metrics_push_interval_s
 from kvserve.config import AutoscalingConfig, KVServeConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
 
@@ -181,7 +181,7 @@ def drain_options_for(cfg: KVServeConfig) -> dict[str, float]:
 def metrics_push_env_vars(cfg: KVServeConfig) -> dict[str, str]:
     """Env vars (for the replicas' runtime_env / the cluster) so signals reach the controller
     several times per look-back window; Serve's default push interval is 10 s."""
-    interval = max(0.5, min(10.0, cfg.autoscaling.look_back_s / 6.0))
+    interval = metrics_push_interval_s(cfg.autoscaling.look_back_s)
     return {
         "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": f"{interval:g}",
         "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": f"{interval:g}",

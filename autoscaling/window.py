@@ -296,6 +296,12 @@ class SignalWindow:
         }
 
 
+def metrics_push_interval_s(look_back_s: float) -> float:
+    """How often replicas push their stats to Serve's controller: several times per look-back
+    window (Serve's default, 10 s, would leave a 30 s window with three points)."""
+    return max(0.5, min(10.0, look_back_s / 6.0))
+
+
 def metrics_from_stats(replica_id: str, stats: Mapping[str, float]) -> WindowMetrics:
     """Inverse of `SignalWindow.to_stats_dict` (missing keys read as no data / zero)."""
 

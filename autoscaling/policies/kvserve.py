@@ -66,6 +66,7 @@ from typing import Any, ClassVar
 from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPolicy
 from autoscaling.capacity import DEFAULT_MAX_BATCH, CapacityEstimate, per_replica_capacity, replicas_for
 from autoscaling.delay import DelayGate, clamp, limit_step
+from autoscaling.window import metrics_push_interval_s
 from kvserve.config import AutoscalingConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
 
@@ -344,7 +345,10 @@ class KVServePolicy(ScalingPolicy):
             self.running_rose_at = now
         self.last_running = inp.running_replicas
         if sig is not None:
-            if not self.recent_history or now - self.recent_history[-1][0] >= TREND_SAMPLE_S - 1e-9:
+            # One sample per recent window, and never two of one stats report (pushed every
+            # `metrics_push_interval_s`): the fit's noise model needs independent samples.
+            spacing = max(TREND_SAMPLE_S, metrics_push_interval_s(self.cfg.look_back_s))
+            if not self.recent_history or now - self.recent_history[-1][0] >= spacing - 1e-9:
                 # While the routers hold requests, replicas count only what they admit: such a
                 # sample is their service rate, not the arrivals, and would bend the line.
                 self.recent_history.append((now, sig.recent_rate_rps, inp.queued_requests <= 0))

@@ -249,3 +249,11 @@ def test_simulator_hands_the_policy_window_metrics():
     mid = [m for inp in spy.seen if 11.0 <= inp.now <= 14.0 for m in inp.metrics]
     assert all(m.recent_requests_per_s > m.requests_per_s for m in mid)
     assert any(m.ttft_p90_ms is not None and m.itl_p90_ms is not None for m in ms)
+
+
+def test_trend_samples_are_never_two_of_one_stats_report():
+    # look_back_s 60: replicas push stats every 10 s, so a 5 s sampler would read each report twice.
+    policy = KVServePolicy(cfg(look_back_s=60), SLO, PROFILE)
+    _feed(policy, [10.0 + 0.3 * t for t in range(60)], 1)
+    times = [t for t, _, _ in policy.recent_history]
+    assert min(b - a for a, b in zip(times, times[1:])) >= 10.0
