@@ -277,11 +277,6 @@ class KVServePolicy(ScalingPolicy):
             return None
         return y_mean + slope * (now - t_mean), slope
 
-    def rate_trend(self, now: float) -> float:
-        """Rising slope (req/s per s) of the arrival rate, 0 without a significant linear rise."""
-        fit = self.trend_fit(now)
-        return fit[1] if fit else 0.0
-
     def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0, replicas: int | None = None) -> float:
         """`replicas`: the recent rate counts only if it overloads that many (None: always)."""
         return max(self.arrival_rate(sig, now, queued, replicas), self.ramp_rate(now, queued))
