@@ -277,15 +277,19 @@ class KVServePolicy(ScalingPolicy):
             return None
         return y_mean + slope * (now - t_mean), slope
 
-    def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0, replicas: int | None = None) -> float:
-        """`replicas`: the recent rate counts only if it overloads that many (None: always)."""
-        return max(self.arrival_rate(sig, now, queued, replicas), self.ramp_rate(now, queued))
+    def predicted_rate(self, sig: FleetSignals, now: float, queued: float = 0.0, replicas: int | None = None,
+                       ramp: float | None = None) -> float:
+        """`replicas`: the recent rate counts only if it overloads that many (None: always).
+        `ramp`: `ramp_rate(now, queued)` if the caller has it already."""
+        return max(self.arrival_rate(sig, now, queued, replicas), self.ramp_rate(now, queued) if ramp is None else ramp)
 
     def ramp_rate(self, now: float, queued: float = 0.0) -> float:
         """On a rising ramp: the fitted rate one start-up (and upscale delay) ahead; 0 without a
         ramp. The line's own level at `now` is the base, as the look-back rate lags a ramp by
         half its window."""
-        fit = self.trend_fit(now)
+        return self._ahead(self.trend_fit(now), queued)
+
+    def _ahead(self, fit: tuple[float, float] | None, queued: float) -> float:
         if fit is None:
             return 0.0
         level, slope = fit
@@ -428,7 +432,9 @@ class KVServePolicy(ScalingPolicy):
         r = self.fleet_slo_ratio(inp.metrics, sig)
         slo_n, slo_why = self.slo_demand(sig, inp, r, self.fleet_slo_ratio(inp.metrics, sig, low=True))
         queued = max(inp.queued_requests, 0.0)  # the window's peak: it lags a drain by `look_back_s`
-        predicted = self.predicted_rate(sig, inp.now, queued, inp.current_replicas)
+        fit = self.trend_fit(inp.now)
+        ramp = self._ahead(fit, queued)
+        predicted = self.predicted_rate(sig, inp.now, queued, inp.current_replicas, ramp)
         cap_n = self.capacity_demand(sig, predicted)
         desired = max(slo_n, cap_n)
         recent_holds = False
@@ -437,9 +443,9 @@ class KVServePolicy(ScalingPolicy):
             # rate's Poisson noise crosses a replica boundary every minute or so, and each
             # crossing would restart the delay. But a shrink never *acts* while the recent rate
             # alone asks for more (the start of a load step, which the look-back rate lags).
-            settled_rate = max(sig.rate_rps + queued / cfg.look_back_s, self.ramp_rate(inp.now, queued))
+            settled_rate = max(sig.rate_rps + queued / cfg.look_back_s, ramp)
             settled = max(slo_n, self.capacity_demand(sig, settled_rate))
-            recent_holds = settled < max(slo_n, self.capacity_demand(sig, self.predicted_rate(sig, inp.now, queued)))
+            recent_holds = settled < max(slo_n, self.capacity_demand(sig, self.predicted_rate(sig, inp.now, queued, ramp=ramp)))
             desired = settled
         if desired < current:
             desired = max(desired, min(self.memory_floor(sig), current))
@@ -459,7 +465,8 @@ class KVServePolicy(ScalingPolicy):
         if out > current and slo_n >= cap_n and slo_n > current and sig.rate_rps > MIN_RATE_RPS and current > 0:
             self.learn_overload(self.load(sig) / current, inp.now)
         at_routers = f" ({queued:.0f} queued at the routers)" if queued > 0 else ""
-        reason = f"{slo_why}; predicted {predicted:.1f} req/s{at_routers} -> capacity={cap_n}; desired={desired}"
+        on_ramp = f" (ramp forecast: {60.0 * fit[1]:+.1f} req/s per min)" if fit and ramp >= predicted - 1e-9 else ""
+        reason = f"{slo_why}; predicted {predicted:.1f} req/s{on_ramp}{at_routers} -> capacity={cap_n}; desired={desired}"
         if recent_holds and desired < current:
             reason += " (held: the recent rate needs more)"
         return Decision(out, reason if out != current or desired == current else reason + " (delayed)")

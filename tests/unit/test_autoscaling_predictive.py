@@ -105,6 +105,9 @@ def test_a_noisy_ramp_is_seen_and_its_forecast_leads_the_look_back_rate():
     truth_ahead = 10.0 + slope * (now + DEFAULT_STARTUP_S + 10)
     assert abs(policy.ramp_rate(now) - truth_ahead) < 0.2 * truth_ahead
     assert policy.predicted_rate(_sig(rates[-1]), now) > rates[-1] + slope * (DEFAULT_STARTUP_S + 10)
+    # The decision says so (it is logged next to Serve's own scaling line).
+    d = policy.decide(ScalingInput(now + 1, 1, 1, fleet(1, rates[-1], recent[-1])))
+    assert "ramp forecast: +" in d.reason
 
 
 def test_a_step_is_not_extrapolated():
