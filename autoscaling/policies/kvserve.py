@@ -148,7 +148,7 @@ class KVServePolicy(ScalingPolicy):
         self.memory_until: float | None = None  # when the overload memory expires
         self.memory_ttl_s = cfg.overload_memory_s  # its current lifetime (doubles on a premature expiry)
         self.memory_expired_at: float | None = None
-        # (t, recent rate, whether it counts arrivals: nothing held at the routers), one per TREND_SAMPLE_S
+        # (t, recent rate, whether it counts arrivals: nothing held at the routers), >= TREND_SAMPLE_S apart
         self.recent_history: list[tuple[float, float, bool]] = []
         self.queue_history: list[tuple[float, float]] = []  # (t, requests queued at the routers)
         self.startup_s = DEFAULT_STARTUP_S
@@ -250,8 +250,8 @@ class KVServePolicy(ScalingPolicy):
         """(fitted arrival rate at `now`, rising slope in req/s per s) of the recent-rate samples,
         or None unless the last `TREND_FIT_S` show a significant, linear rise.
 
-        The samples are the replicas' recent (5 s) rates, one per `TREND_SAMPLE_S`: disjoint
-        windows, so each is an independent Poisson estimate with variance ~ rate / 5 s, and a
+        The samples are the replicas' recent (5 s) rates, one per `TREND_SAMPLE_S` (or per stats
+        push, if that is slower): disjoint windows, so each is an independent Poisson estimate with variance ~ rate / 5 s, and a
         least-squares line through them has a known noise. The slope counts when it is
         `TREND_Z` standard errors above zero (a flat load's noise almost never is) and the line
         fits (residuals' chi-square within `TREND_Z` of its degrees of freedom): a step, or a
