@@ -15,8 +15,8 @@ safety net:
       upscale delay ahead; it counts only when its slope is significant against the
       samples' Poisson noise and the line fits them (a step or a burst does not: its
       residuals are far larger than that noise, and extrapolating it would over-provision).
-      Samples taken while the routers hold requests are left out (replicas then count
-      what they admit, not what arrives). The start-up
+      Samples taken while the routers' queue grows are left out (replicas then count
+      what they admit, not what arrives), and the line needs half a minute of samples. The start-up
       time is measured from the replicas the policy asked for. Scale-down is planned on
       the look-back rate (the recent rate's noise would keep restarting the delay), does
       not act while the recent rate alone asks for more (a step's first seconds), and goes
@@ -74,7 +74,7 @@ MIN_RATE_RPS = 1e-6  # below this a fleet is idle: too little traffic to learn a
 DEFAULT_STARTUP_S = 30.0  # replica start-up assumed until one has been measured
 TREND_SAMPLE_S = 5.0  # one recent-rate sample per this (the replicas' recent window: disjoint samples)
 TREND_FIT_S = 60.0  # the rising trend is a line fitted through this much of them
-TREND_MIN_SAMPLES = 4
+TREND_MIN_SAMPLES = 7  # half the fit window: a line through less is a burst read 40 s ahead
 TREND_Z = 2.5  # standard errors: the slope's significance, and the line's fit
 FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
 MAX_SLO_FACTOR = 2.0  # an SLO-driven upscale at most doubles the fleet per settle period
@@ -148,7 +148,7 @@ class KVServePolicy(ScalingPolicy):
         self.memory_until: float | None = None  # when the overload memory expires
         self.memory_ttl_s = cfg.overload_memory_s  # its current lifetime (doubles on a premature expiry)
         self.memory_expired_at: float | None = None
-        # (t, recent rate, whether it counts arrivals: nothing held at the routers), >= TREND_SAMPLE_S apart
+        # (t, recent rate, whether it counts arrivals: the routers' queue not growing), >= TREND_SAMPLE_S apart
         self.recent_history: list[tuple[float, float, bool]] = []
         self.queue_history: list[tuple[float, float]] = []  # (t, requests queued at the routers)
         self.startup_s = DEFAULT_STARTUP_S
@@ -348,9 +348,13 @@ class KVServePolicy(ScalingPolicy):
             # `metrics_push_interval_s`): the fit's noise model needs independent samples.
             spacing = max(TREND_SAMPLE_S, metrics_push_interval_s(self.cfg.look_back_s))
             if not self.recent_history or now - self.recent_history[-1][0] >= spacing - 1e-9:
-                # While the routers hold requests, replicas count only what they admit: such a
+                # While the routers' queue grows, replicas count only what they admit: such a
                 # sample is their service rate, not the arrivals, and would bend the line.
-                self.recent_history.append((now, sig.recent_rate_rps, inp.queued_requests <= 0))
+                # (`queued_requests` is the look-back window's peak: it stays up for a window
+                # after the queue drained, so "grew over the last sample" is the test, not > 0.)
+                before = [q for t, q in self.queue_history if t <= now - TREND_SAMPLE_S + 0.5]
+                growing = inp.queued_requests > 0 and (not before or inp.queued_requests > before[-1])
+                self.recent_history.append((now, sig.recent_rate_rps, not growing))
             self.recent_history = [h for h in self.recent_history if now - h[0] <= TREND_FIT_S + 1e-9]
         if not self.queue_history or now - self.queue_history[-1][0] >= 1.0:
             self.queue_history.append((now, max(inp.queued_requests, 0.0)))

@@ -141,20 +141,34 @@ def test_flat_noisy_rate_has_no_trend(level, noise):
     assert _slope(policy, 59.0) * DEFAULT_STARTUP_S < max(level, 1.0) * 0.5
 
 
-def test_samples_taken_while_the_routers_hold_requests_are_left_out():
-    # Saturated: the replicas admit a flat 20 req/s while arrivals keep rising, then a flush.
-    # Those samples are service rates; fitting them would bend (and reject) the line.
+def test_samples_taken_while_the_routers_queue_grows_are_left_out():
+    # Saturated from t = 34 s: the replicas admit a flat 20 req/s while arrivals keep rising and
+    # the routers' queue grows. Those samples are service rates; fitting them would bend (and
+    # reject) the line. From t = 50 s the queue's (window-peak) size stays flat: samples count again.
     slope, seconds = 0.3, 60
     recent = [min(10.0 + slope * t, 20.0) for t in range(seconds)]
-    queued = [0.0 if 10.0 + slope * t <= 20.0 else 50.0 for t in range(seconds)]
+    queued = [0.0 if t < 34 else 5.0 * (min(t, 50) - 33) for t in range(seconds)]
     policy = KVServePolicy(cfg(), SLO, PROFILE)
     _feed(policy, recent, 1, recent, queued)
-    fitted = [t for t, _, ok in policy.recent_history if ok]
-    assert fitted and max(fitted) <= 34  # the rate reached 20 req/s at t = 33.3
-    assert abs(_slope(policy, float(seconds - 1)) - slope) < 1e-6
+    left_out = [t for t, _, ok in policy.recent_history if not ok]
+    assert left_out and min(left_out) >= 34 and max(left_out) <= 50
     restored = KVServePolicy(cfg(), SLO, PROFILE)
     restored.set_state(json.loads(json.dumps(policy.get_state())))
     assert restored.recent_history == policy.recent_history
+    # The same rise without the queue's samples in it is the clean line through the first 35 s.
+    clean = KVServePolicy(cfg(), SLO, PROFILE)
+    _feed(clean, recent[:34], 1, recent[:34])
+    assert abs(_slope(clean, 33.0) - slope) < 1e-6
+
+
+def test_a_burst_shorter_than_half_the_fit_window_is_not_a_ramp():
+    # 20 s of a steep, clean rise: four samples, a perfect line, and still no forecast.
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    _feed(policy, [5.0 + 0.5 * t for t in range(20)], 1)
+    assert policy.trend_fit(19.0) is None
+    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    _feed(policy, [5.0 + 0.5 * t for t in range(40)], 1)  # 40 s of it: a ramp
+    assert _slope(policy, 39.0) > 0
 
 
 def test_start_up_time_is_measured_from_the_replicas_asked_for():
