@@ -27,7 +27,7 @@ safety net:
       the queue itself, to be drained within `look_back_s`, to the demand.
   (a) SLO error r = max(p90 TTFT / target, p90 ITL / target) over the fleet (per-replica
       p90s weighted by request rate). r > 1 vetoes every scale-down; it adds replicas
-      (ceil(current * min(r, 2)), at least one more) only once the fleet has settled --
+      (ceil(current * min(r, 4)), at least one more) only once the fleet has settled --
       nothing starting and `look_back_s` since the serving count last rose -- because a
       backlog queued on old replicas during a start-up does not move to new ones, and its
       latencies stay in the window for `look_back_s`. With a profile, r only adds replicas
@@ -77,7 +77,8 @@ TREND_FIT_S = 60.0  # the rising trend is a line fitted through this much of the
 TREND_MIN_SAMPLES = 7  # half the fit window: a line through less is a burst read 40 s ahead
 TREND_Z = 2.5  # standard errors: the slope's significance, and the line's fit
 FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
-MAX_SLO_FACTOR = 2.0  # an SLO-driven upscale at most doubles the fleet per settle period
+MAX_SLO_FACTOR = 4.0  # an SLO-driven upscale at most quadruples the fleet per settle period: with 2,
+# a burst that needs 3x took two settle periods (a missed minute on the Mooncake trace)
 MIN_P90_SAMPLES = 10  # requests in the look-back window before a p90 above target may add replicas
 QUEUE_GROWTH_S = 10.0  # the router queue's growth over this span counts as arrivals no replica saw
 

@@ -189,9 +189,16 @@ def test_an_slo_violation_waits_for_the_fleet_to_settle_then_scales_up():
     low = fleet(2, 1.0, 1.0)
     policy.decide(ScalingInput(0.0, 2, 1, fleet(1, 1.0, 1.0)))
     policy.decide(ScalingInput(1.0, 2, 2, low))  # the second replica just started serving
-    hot = fleet(2, 1.0, 1.0, ttft=3000.0)  # r = 3: capped at doubling
+    hot = fleet(2, 1.0, 1.0, ttft=3000.0)  # r = 3
     assert policy.decide(ScalingInput(10.0, 2, 2, hot)).replicas == 2  # window still holds the start-up
-    assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 4
+    assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 6
+
+
+def test_an_slo_driven_upscale_is_capped_at_four_times_the_fleet():
+    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy.decide(ScalingInput(0.0, 2, 2, fleet(2, 1.0, 1.0)))
+    hot = fleet(2, 1.0, 1.0, ttft=10_000.0)  # r = 10
+    assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 8
 
 
 def test_one_backlogged_replica_is_not_a_fleet_violation():
