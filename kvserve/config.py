@@ -159,7 +159,9 @@ class AutoscalingConfig(_Section):
     initial_replicas: int | None = Field(None, ge=0)
     target_ongoing_requests: float = Field(8.0, gt=0, description="serve_default only.")
     upscale_delay_s: float = Field(10.0, ge=0)
-    downscale_delay_s: float = Field(60.0, ge=0)
+    downscale_delay_s: float = Field(
+        30.0, ge=0, description="A scale-down wish must last this long before it acts (a contrary wish restarts it)."
+    )
     max_step: int = Field(4, ge=1, description="Most replicas added or removed in one decision.")
     headroom: float = Field(0.8, gt=0, le=1, description="Plan each replica to this fraction of modelled capacity.")
     hysteresis: float = Field(0.6, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")

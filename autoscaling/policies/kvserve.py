@@ -466,7 +466,12 @@ class KVServePolicy(ScalingPolicy):
             self.overload_per_replica = max(self.overload_per_replica, self.load(sig) / current)
         desired = clamp(limit_step(clamp(desired, cfg.min_replicas, cfg.max_replicas), current, cfg.max_step),
                         cfg.min_replicas, cfg.max_replicas)
-        out = clamp(self.gate.apply(desired, current, inp.now, hold_down=recent_holds), cfg.min_replicas, cfg.max_replicas)
+        # Requests held at the routers mean every replica is full: no shrink acts while any are
+        # (with a short downscale delay, a queue that hit the routers' cap read as falling demand
+        # while new replicas started, and one of them was cancelled).
+        queue_holds = queued > 0 and desired < current
+        out = clamp(self.gate.apply(desired, current, inp.now, hold_down=recent_holds or queue_holds),
+                    cfg.min_replicas, cfg.max_replicas)
         if out > current and slo_n >= cap_n and slo_n > current and sig.rate_rps > MIN_RATE_RPS and current > 0:
             self.learn_overload(self.load(sig) / current, inp.now)
         at_routers = f" ({queued:.0f} queued at the routers)" if queued > 0 else ""
@@ -474,6 +479,8 @@ class KVServePolicy(ScalingPolicy):
         reason = f"{slo_why}; predicted {predicted:.1f} req/s{on_ramp}{at_routers} -> capacity={cap_n}; desired={desired}"
         if recent_holds and desired < current:
             reason += " (held: the recent rate needs more)"
+        elif queue_holds:
+            reason += " (held: requests wait at the routers)"
         return Decision(out, reason if out != current or desired == current else reason + " (delayed)")
 
     def get_state(self) -> dict[str, Any]:

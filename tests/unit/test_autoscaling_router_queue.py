@@ -138,3 +138,18 @@ def test_the_queues_growth_is_not_read_while_new_replicas_take_its_flush():
     for k in range(int(QUEUE_GROWTH_S) + 1):
         d = policy.decide(ScalingInput(t + k, 3, 3, _full(3, 3.0, 3.0), queued_requests=30.0 + 2.0 * k))
     assert d.replicas == need(3.0 + 2.0 + (30.0 + 2.0 * QUEUE_GROWTH_S) / 30.0)
+
+
+def test_no_shrink_acts_while_requests_wait_at_the_routers():
+    # Replicas asked for are still starting; the one serving is full and the routers' queue sits
+    # at a cap (no growth to read): demand reads low, but every replica is full.
+    policy = KVServePolicy(cfg(look_back_s=30.0, downscale_delay_s=5.0), SLO, PROFILE)
+    full = _full(1, 1.2, 1.2)
+    assert need(1.2 + 20.0 / 30.0) < 3
+    for t in range(20):
+        d = policy.decide(ScalingInput(float(t), 3, 1, full, queued_requests=20.0))
+        assert d.replicas == 3, d.reason
+    assert "held: requests wait at the routers" in d.reason
+    # The queue drained (its window peak is back to 0): the due shrink acts at once.
+    d = policy.decide(ScalingInput(20.0, 3, 3, _full(3, 1.2, 1.2)))
+    assert d.replicas < 3
