@@ -27,7 +27,8 @@ safety net:
       the queue itself, to be drained within `look_back_s`, to the demand.
   (a) SLO error r = max(p90 TTFT / target, p90 ITL / target) over the fleet (per-replica
       p90s weighted by request rate). r > 1 vetoes every scale-down; it adds replicas
-      (ceil(current * min(r, 4)), at least one more) only once the fleet has settled --
+      (ceil(current * min(r, 4)), at least one more; min(r, 1.5) when the capacity model
+      says the current fleet carries the predicted rate) only once the fleet has settled --
       nothing starting and `look_back_s` since the serving count last rose -- because a
       backlog queued on old replicas during a start-up does not move to new ones, and its
       latencies stay in the window for `look_back_s`. With a profile, r only adds replicas
@@ -79,6 +80,9 @@ TREND_Z = 2.5  # standard errors: the slope's significance, and the line's fit
 FLEET_RATIO_QUANTILE = 0.75  # with a profile: the fleet's SLO ratio is this rate-weighted quantile
 MAX_SLO_FACTOR = 4.0  # an SLO-driven upscale at most quadruples the fleet per settle period: with 2,
 # a burst that needs 3x took two settle periods (a missed minute on the Mooncake trace)
+MAX_SLO_FACTOR_WITHIN_CAPACITY = 1.5  # ... and by half when the capacity model says the fleet carries
+# the load: r then measures what the model does not see (long prompts queued behind each other on a
+# few replicas), not a rate, and 4x over-provisioned for minutes (Mooncake trace seed 7: 4 -> 8)
 MIN_P90_SAMPLES = 10  # requests in the look-back window before a p90 above target may add replicas
 QUEUE_GROWTH_S = 10.0  # the router queue's growth over this span counts as arrivals no replica saw
 
@@ -441,6 +445,10 @@ class KVServePolicy(ScalingPolicy):
         ramp = self._ahead(fit, queued)
         predicted = self.predicted_rate(sig, inp.now, queued, inp.current_replicas, ramp)
         cap_n = self.capacity_demand(sig, predicted)
+        if self.profile is not None and slo_n > current > 0 and cap_n <= current:
+            damped = max(current + 1, math.ceil(current * MAX_SLO_FACTOR_WITHIN_CAPACITY - 1e-9))
+            if slo_n > damped:
+                slo_n, slo_why = damped, f"{slo_why} (capacity model: {cap_n} suffice; x{MAX_SLO_FACTOR_WITHIN_CAPACITY:g} at most)"
         desired = max(slo_n, cap_n)
         recent_holds = False
         if desired <= current:

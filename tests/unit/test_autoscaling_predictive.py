@@ -4,6 +4,7 @@ backlog floor, fleet SLO quantile; and that the simulator feeds it the live wind
 from __future__ import annotations
 
 import json
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -189,16 +190,33 @@ def test_an_slo_violation_waits_for_the_fleet_to_settle_then_scales_up():
     low = fleet(2, 1.0, 1.0)
     policy.decide(ScalingInput(0.0, 2, 1, fleet(1, 1.0, 1.0)))
     policy.decide(ScalingInput(1.0, 2, 2, low))  # the second replica just started serving
-    hot = fleet(2, 1.0, 1.0, ttft=3000.0)  # r = 3
+    assert need(2.0) == 2  # the capacity model alone holds 2
+    hot = fleet(2, 2.0, 2.0, ttft=3000.0)  # r = 3
     assert policy.decide(ScalingInput(10.0, 2, 2, hot)).replicas == 2  # window still holds the start-up
-    assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 6
+    # Settled: r adds replicas; as the model says 2 carry the rate, x1.5 at most (not 2 x 3).
+    assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 3
 
 
 def test_an_slo_driven_upscale_is_capped_at_four_times_the_fleet():
     policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
     policy.decide(ScalingInput(0.0, 2, 2, fleet(2, 1.0, 1.0)))
-    hot = fleet(2, 1.0, 1.0, ttft=10_000.0)  # r = 10
+    hot = fleet(2, 4.0, 4.0, ttft=10_000.0)  # r = 10, and the model asks for 3
     assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 8
+
+
+@given(n=st.integers(1, 12), r=st.floats(1.2, 50.0))
+@settings(max_examples=60, deadline=None)
+def test_an_slo_upscale_the_capacity_model_does_not_explain_grows_by_half_at_most(n, r):
+    # The rate is one that a single replica carries: r > 1 then comes from what the model
+    # does not see (long prompts queued on a few replicas), and at most ceil(1.5 n) are asked for.
+    assert need(1.0) == 1
+    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy.decide(ScalingInput(0.0, n, n, fleet(n, 1.0, 1.0)))
+    d = policy.decide(ScalingInput(31.0, n, n, fleet(n, 1.0, 1.0, ttft=1000.0 * r)))
+    assert n + 1 <= d.replicas <= max(n + 1, math.ceil(1.5 * n))
+    assert d.replicas == max(n + 1, min(math.ceil(n * r - 1e-9), math.ceil(1.5 * n), 4 * n))
+    if math.ceil(n * r - 1e-9) > d.replicas:
+        assert "1.5 at most" in d.reason
 
 
 def test_one_backlogged_replica_is_not_a_fleet_violation():
