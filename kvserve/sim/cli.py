@@ -37,6 +37,28 @@ def _table(title: str, rows: dict[str, dict[str, Any]], cols: list[str]):  # typ
     return t
 
 
+def _minute_table(details: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]
+    """Minute | oracle | per autoscaler: mean replicas, with a cross where the SLO was missed."""
+    from rich.table import Table
+
+    names = list(details)
+    longest = max((details[n]["per_minute"] for n in names), key=len, default=[])
+    t = Table(title="replicas per minute (mean; x = SLO missed)")
+    for c in ["minute", "oracle", *names]:
+        t.add_column(c, justify="right")
+    for m, row in enumerate(longest):
+        cells = []
+        for n in names:
+            pm = details[n]["per_minute"]
+            if m >= len(pm):
+                cells.append("")
+                continue
+            miss = " x" if pm[m]["slo_met"] is False else ""
+            cells.append(f"{pm[m]['replicas']:.2f}{miss}")
+        t.add_row(str(m), _fmt(row["oracle_replicas"]), *cells)
+    return t
+
+
 def sim(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks)."),
     workload: str = typer.Option("multi-tenant", "--workload", help="Generated workload when no --trace: multi-tenant | step (1x->4x->1x) | burst (8x for 30 s mid-run) | diurnal (1x->5x->1x)."),
@@ -72,6 +94,7 @@ def sim(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON."),
     requests_jsonl: Optional[Path] = typer.Option(None, "--requests-jsonl", help="Write one JSON line per simulated request, with the fields of `kvserve bench --requests-jsonl`."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG path (default: next to --json)."),
+    per_minute: bool = typer.Option(False, "--per-minute", help="Autoscaling mode: also print each minute's mean replicas per autoscaler against the oracle's, and which minutes missed the SLO (always in the JSON, under details.NAME.per_minute)."),
 ) -> None:
     """Simulate a cluster of replicas with the production routing/autoscaling policy code."""
     from rich.console import Console
@@ -178,6 +201,8 @@ def sim(
         cols = ["slo_attainment", "replica_seconds", "oracle_replica_seconds", "replica_seconds_over_oracle", "failed_requests", "overloaded_503", "ttft_p90_ms", "itl_p90_ms", "max_replicas_seen", "scaleup_ttft_p50_ms", "scaleup_ttft_p90_ms"]
         rows = {n: {**out["autoscalers"][n], **out["details"][n]} for n in out["autoscalers"]}
         console.print(_table(f"autoscalers on {wl.name} (routing: {policy})", rows, cols))
+        if per_minute:
+            console.print(_minute_table(out["details"]))
     else:
         cols = ["ttft_p50_ms", "ttft_p90_ms", "ttft_p90_lower_bound_ms", "itl_p90_ms", "e2e_p90_ms", "prefix_hit_rate", "oracle_hit_rate", "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds"]
         rows = {n: {**out["policies"][n], **out["details"][n]} for n in out["policies"]}
@@ -196,7 +221,9 @@ def sim(
     png = plot or (json_out.with_suffix(".png") if json_out is not None else None)
     if png is not None:
         if scaling_mode:
-            plots.autoscaling_timeline(results, png, cfg.slo.ttft_p90_ms, f"{wl.name}: replicas, TTFT p90, load")
+            need = max((d["per_minute"] for d in out["details"].values()), key=len, default=[])
+            plots.autoscaling_timeline(results, png, cfg.slo.ttft_p90_ms, f"{wl.name}: replicas, TTFT p90, load",
+                                       [r["oracle_replicas"] for r in need if r["oracle_replicas"] is not None])
         else:
             plots.ttft_cdf(results, png, f"{wl.name}, {replicas} replicas: TTFT CDF")
         console.print(f"wrote {png}")

@@ -26,7 +26,7 @@ from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
 from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
-from kvserve.sim.metrics import ItlLog, TrailingPeak, percentile
+from kvserve.sim.metrics import ItlLog, TrailingPeak, percentile, seconds_per_minute
 from kvserve.sim.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.hot_prefixes import HotPrefixTracker, family_key
@@ -58,6 +58,7 @@ class RunResult:
     timeline: list[dict] = field(default_factory=list)  # one row per scaling decision
     serving_since: dict[str, float] = field(default_factory=dict)  # replica -> when it first took traffic
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, request, replica) if traced
+    replica_seconds_by_minute: list[float] = field(default_factory=list)  # `replica_seconds`, minute by minute
 
 
 class Cluster:
@@ -453,7 +454,8 @@ class Cluster:
             r.failed, r.finished = True, self.end_time
             self.failed += 1
         end = self.end_time
-        rs = sum(max(0.0, min(rep.gone_at if rep.gone_at is not None else end, end) - rep.created) for rep in self.replicas.values())
+        spans = [(rep.created, min(rep.gone_at if rep.gone_at is not None else end, end)) for rep in self.replicas.values()]
+        rs = sum(max(0.0, stop - start) for start, stop in spans)
         return RunResult(
             name=self.name,
             requests=reqs,
@@ -468,4 +470,5 @@ class Cluster:
             timeline=self.timeline,
             serving_since=dict(self.serving_since),
             events=self.events,
+            replica_seconds_by_minute=seconds_per_minute(spans, end),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,20 @@ def minute_buckets(requests: Sequence[SimRequest], itl: ItlLog) -> dict[int, tup
         b = out.setdefault(int(t // MINUTE_S), ([], [], []))
         b[1].append(ms)
         b[2].append(n)
+    return out
+
+
+def seconds_per_minute(spans: Sequence[tuple[float, float]], end: float) -> list[float]:
+    """Replica-seconds per minute of [0, end): each (start, stop) span split at minute boundaries.
+    Sums to the spans' total length within [0, end] (what `RunResult.replica_seconds` counts)."""
+    out = [0.0] * max(1, math.ceil(end / MINUTE_S))
+    for start, stop in spans:
+        a, b = max(start, 0.0), min(stop, end)
+        while a < b:
+            m = min(int(a // MINUTE_S), len(out) - 1)
+            nxt = min(b, (m + 1) * MINUTE_S) if m < len(out) - 1 else b
+            out[m] += nxt - a
+            a = nxt
     return out
 
 

@@ -31,8 +31,14 @@ def ttft_cdf(results: dict[str, RunResult], path: str | Path, title: str = "") -
     return Path(path)
 
 
-def autoscaling_timeline(results: dict[str, RunResult], path: str | Path, ttft_slo_ms: float, title: str = "") -> Path:
+def autoscaling_timeline(results: dict[str, RunResult], path: str | Path, ttft_slo_ms: float, title: str = "",
+                         oracle_need: list[int] | None = None) -> Path:
+    """`oracle_need`: the oracle's replicas per minute, drawn as a dashed step on the replicas panel."""
     fig, axes = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    if oracle_need:
+        end = max((res.end_time for res in results.values()), default=0.0)
+        edges = [60.0 * m for m in range(len(oracle_need))] + [max(end, 60.0 * (len(oracle_need) - 1) + 1.0)]
+        axes[0].stairs(oracle_need, edges, color="k", ls="--", lw=1, label="oracle (per minute)")
     for name, res in results.items():
         tl = res.timeline
         t = [row["t"] for row in tl]

@@ -18,7 +18,7 @@ from kvserve.perf_model import EngineProfile
 from kvserve.sim.cluster import Cluster, RunResult, ScalingSetup
 from kvserve.sim.engine import EngineSettings
 from kvserve.sim.metrics import (
-    latency_summary, percentile, prefix_hit_rate, scale_up_window, share_max_over_mean, slo_attainment,
+    MINUTE_S, latency_summary, percentile, prefix_hit_rate, scale_up_window, share_max_over_mean, slo_attainment,
 )
 from kvserve.sim.oracle import (
     infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok, ttft_lower_bounds_ms,
@@ -186,6 +186,22 @@ def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Pr
     return cluster.run()
 
 
+def per_minute_rows(res: RunResult, need: list[int], met: dict[int, bool]) -> list[dict[str, Any]]:
+    """Minute by minute: the run's mean replicas (replica-seconds / the minute's length), the oracle's
+    replicas for that minute, and whether the SLO was met (None: no traffic). Where the cost over the
+    oracle comes from, and which minutes were missed."""
+    rows = []
+    for m, rs in enumerate(res.replica_seconds_by_minute):
+        length = min(MINUTE_S, res.end_time - m * MINUTE_S)
+        rows.append({
+            "minute": m,
+            "replicas": rs / length if length > 0 else 0.0,
+            "oracle_replicas": need[m] if m < len(need) else None,
+            "slo_met": met.get(m),
+        })
+    return rows
+
+
 def compare_autoscalers(
     setup: SimSetup, autoscalers: list[str], routing_policy: str, progress: Progress | None = None
 ) -> tuple[dict[str, Any], dict[str, RunResult]]:
@@ -203,6 +219,7 @@ def compare_autoscalers(
     summary: dict[str, Any] = {}
     for name, res in results.items():
         oracle_rs, need = oracle_replica_seconds(fixed, a.min_replicas, a.max_replicas, res.end_time)
+        met = per_minute_ok(res.requests, res.itl, setup.cfg.slo)
         summary[name] = {
             "slo_attainment": slo_attainment(res.requests, res.itl, setup.cfg.slo),
             "replica_seconds": res.replica_seconds,
@@ -213,6 +230,7 @@ def compare_autoscalers(
             "max_replicas_seen": max((row["existing"] for row in res.timeline), default=0),
             **latency_summary(res.requests, res.itl),
             **scale_up_window(res.requests, res.serving_since),
+            "per_minute": per_minute_rows(res, need, met),
         }
     out = _split(summary, AUTOSCALING_KEYS, "autoscalers", time.perf_counter() - t0)
     out["routing_policy"] = routing_policy

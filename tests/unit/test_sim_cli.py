@@ -72,12 +72,14 @@ def test_autoscaler_json_has_the_agreed_keys(tmp_path: Path) -> None:
     out = tmp_path / "as.json"
     args = ["sim", "--workload", "step", "--autoscalers", "fixed_max,serve_default", "--policy", "pow2",
             "--rate", "2", "--phase-s", "20", "--max-replicas", "2", "--system-tokens", "64", "--question-tokens", "16",
-            "--output-tokens", "8", "--engine-start-s", "1", "--json", str(out)]
+            "--output-tokens", "8", "--engine-start-s", "1", "--json", str(out), "--per-minute"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
+    assert "replicas per minute" in r.output and out.with_suffix(".png").exists()
     data = json.loads(out.read_text())
-    for row in data["autoscalers"].values():
+    for name, row in data["autoscalers"].items():
         assert set(row) == set(AUTOSCALING_KEYS)
+        assert [m["minute"] for m in data["details"][name]["per_minute"]] == [0]
         assert row["failed_requests"] == 0 and row["replica_seconds"] > 0
     assert data["autoscalers"]["fixed_max"]["replica_seconds"] >= data["autoscalers"]["fixed_max"]["oracle_replica_seconds"]
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,7 +14,10 @@ from kvserve.perf_model import EngineProfile
 from kvserve.sim.cluster import Cluster
 from kvserve.sim.engine import EngineSettings
 from kvserve.sim.oracle import chunked_prefill_ms, infinite_hits, ttft_lower_bounds_ms
-from kvserve.sim.runner import PACKAGED_PROFILE, SimSetup, router_config_for, routing_summary, run_routing
+from kvserve.sim.metrics import seconds_per_minute
+from kvserve.sim.runner import (
+    PACKAGED_PROFILE, SimSetup, compare_autoscalers, router_config_for, routing_summary, run_routing,
+)
 from kvserve.sim.workloads import SimWorkload
 from router.cost import config_from_profile
 from router.registry import make_policy
@@ -87,3 +93,34 @@ def test_routing_summary_reports_the_bound() -> None:
     row = routing_summary(res, setup, {})
     # One idle replica sees exactly the bound's scenario: every TTFT equals its bound.
     assert row["ttft_p90_lower_bound_ms"] == pytest.approx(row["ttft_p90_ms"])
+
+
+@given(spans=st.lists(st.tuples(st.floats(0, 400), st.floats(0, 400)), max_size=8), end=st.floats(1, 400))
+def test_seconds_per_minute_splits_the_spans_and_loses_none(spans, end) -> None:  # type: ignore[no-untyped-def]
+    per_minute = seconds_per_minute(spans, end)
+    assert len(per_minute) == max(1, math.ceil(end / 60.0))
+    assert sum(per_minute) == pytest.approx(sum(max(0.0, min(b, end) - a) for a, b in spans), abs=1e-6)
+    for m, s in enumerate(per_minute):
+        assert 0.0 <= s <= len(spans) * min(60.0, end - 60.0 * m) + 1e-6
+
+
+def test_autoscaler_per_minute_rows_add_up_to_the_summary() -> None:
+    from kvserve.sim.workloads import TenantMix, generated
+
+    prof = EngineProfile.from_dict(json.loads(PACKAGED_PROFILE.read_text()))
+    wl = generated("step", TenantMix(4, "uniform", 64, 16, 8), prof.block_size, rate=6.0, phase_s=50.0, seed=0)
+    cfg = KVServeConfig.model_validate({"autoscaling": {"enabled": True, "min_replicas": 1, "max_replicas": 3}})
+    eng = EngineSettings(block_size=wl.block_size, kv_blocks=512, max_num_seqs=4, max_batched_tokens=256)
+    setup = SimSetup(wl, prof, eng, cfg, replicas=1, engine_start_s=5.0)
+    out, results = compare_autoscalers(setup, ["fixed_max", "kvserve"], "pow2")
+    for name, res in results.items():
+        rows = out["details"][name]["per_minute"]
+        summary = out["autoscalers"][name]
+        lengths = [min(60.0, res.end_time - 60.0 * r["minute"]) for r in rows]
+        assert len(rows) == math.ceil(res.end_time / 60.0) >= 3
+        assert sum(r["replicas"] * n for r, n in zip(rows, lengths)) == pytest.approx(summary["replica_seconds"])
+        assert sum(r["oracle_replicas"] * n for r, n in zip(rows, lengths)) == pytest.approx(summary["oracle_replica_seconds"])
+        met = [r["slo_met"] for r in rows if r["slo_met"] is not None]
+        assert sum(met) / len(met) == pytest.approx(summary["slo_attainment"])
+        assert all(0 <= r["replicas"] <= 3 for r in rows)
+    assert all(r["replicas"] >= 2.9 for r in out["details"]["fixed_max"]["per_minute"][1:-1])
