@@ -213,7 +213,8 @@ class KVServePolicy(ScalingPolicy):
         return max(r for r, _ in pairs)
 
     def slo_demand(self, sig: FleetSignals, inp: ScalingInput, r: float | None,
-                   r_low: float | None = None) -> tuple[int, str]:
+                   r_low: float | None = None, cap_n: int | None = None) -> tuple[int, str]:
+        """`cap_n`: the capacity model's replicas for the predicted rate (None: not known)."""
         current = inp.current_replicas
         if r is None:
             if sig.rate_rps == 0 and sig.waiting == 0 and sig.running == 0:
@@ -235,7 +236,13 @@ class KVServePolicy(ScalingPolicy):
                     return current, f"slo r={r:.2f} (lower bound {r_low:.2f}, not significant): hold"
                 if not self.settled(inp.now):
                     return current, f"slo r={r:.2f}: fleet not settled since its last scale-up"
-                return max(current + 1, math.ceil(max(current, 1) * min(r, MAX_SLO_FACTOR) - 1e-9)), f"slo r={r:.2f} > 1"
+                why = f"slo r={r:.2f} > 1"
+                factor = MAX_SLO_FACTOR
+                if cap_n is not None and cap_n <= current and current > 0:
+                    factor = MAX_SLO_FACTOR_WITHIN_CAPACITY
+                    if r > factor:
+                        why += f" (capacity model: {cap_n} suffice; x{factor:g} at most)"
+                return max(current + 1, math.ceil(max(current, 1) * min(r, factor) - 1e-9)), why
             return max(current + 1, math.ceil(max(current, 1) * r - 1e-9)), f"slo r={r:.2f} > 1"
         if self.profile is not None:
             # The capacity model sizes the fleet; latency within target sets no floor.
@@ -439,16 +446,12 @@ class KVServePolicy(ScalingPolicy):
         self._observe(inp, sig)
         self.expire_overload(inp.now)
         r = self.fleet_slo_ratio(inp.metrics, sig)
-        slo_n, slo_why = self.slo_demand(sig, inp, r, self.fleet_slo_ratio(inp.metrics, sig, low=True))
         queued = max(inp.queued_requests, 0.0)  # the window's peak: it lags a drain by `look_back_s`
         fit = self.trend_fit(inp.now)
         ramp = self._ahead(fit, queued)
         predicted = self.predicted_rate(sig, inp.now, queued, inp.current_replicas, ramp)
         cap_n = self.capacity_demand(sig, predicted)
-        if self.profile is not None and slo_n > current > 0 and cap_n <= current:
-            damped = max(current + 1, math.ceil(current * MAX_SLO_FACTOR_WITHIN_CAPACITY - 1e-9))
-            if slo_n > damped:
-                slo_n, slo_why = damped, f"{slo_why} (capacity model: {cap_n} suffice; x{MAX_SLO_FACTOR_WITHIN_CAPACITY:g} at most)"
+        slo_n, slo_why = self.slo_demand(sig, inp, r, self.fleet_slo_ratio(inp.metrics, sig, low=True), cap_n)
         desired = max(slo_n, cap_n)
         recent_holds = False
         if desired <= current:
