@@ -20,25 +20,31 @@ class WorkloadKind(str, Enum):
 
 
 def _cluster_config(url: str, headers: dict, config_file: Optional[Path], need_full: bool):
-    """(model section, SLO section, full KVServeConfig or None): from --config, else the server's /kvserve/config."""
+    """(model section, SLO section, full KVServeConfig or None, replicas expected or None): from --config,
+    else the server's /kvserve/config. Expected replicas: the configured count (None when autoscaled)."""
     from kvserve.config import KVServeConfig, ModelConfig, SLOConfig, load_config
 
     from bench.server_stats import fetch_config_sync
 
     if config_file is not None:
         cfg = load_config(config_file)
-        return cfg.model, cfg.slo, cfg
+        return cfg.model, cfg.slo, cfg, _expected_replicas(cfg.num_replicas, cfg.autoscaling.enabled)
     raw = fetch_config_sync(url, headers)
     model = ModelConfig.model_validate(raw.get("model", {}))
     slo = SLOConfig.model_validate(raw.get("slo", {}))
+    expected = _expected_replicas(raw.get("num_replicas"), (raw.get("autoscaling") or {}).get("enabled", False))
     if not need_full:
-        return model, slo, None
+        return model, slo, None, expected
     try:
-        return model, slo, KVServeConfig.model_validate(raw)
+        return model, slo, KVServeConfig.model_validate(raw), expected
     except Exception as e:  # redacted secrets may not validate
         raise typer.BadParameter(
             f"cannot rebuild the cluster config from {url}/kvserve/config ({e}); pass --config FILE"
         ) from None
+
+
+def _expected_replicas(num_replicas: int | None, autoscaled: bool) -> int | None:
+    return None if autoscaled or num_replicas is None else int(num_replicas)
 
 
 def bench(
@@ -67,6 +73,7 @@ def bench(
     address: str = typer.Option("auto", "--address", help="Ray cluster address for redeploys."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Unrelated requests per policy, excluded from stats."),
     timeout: float = typer.Option(120.0, "--timeout", help="Per-request limit in seconds."),
+    ready_timeout: float = typer.Option(900.0, "--ready-timeout", min=0.0, help="Wait this long for every configured replica to serve (/ready) before measuring."),
     connect_timeout: float = typer.Option(30.0, "--connect-timeout", min=0.1, help="TCP connect limit in seconds (measured by the bench's own event loop, which a saturated machine can starve)."),
     max_inflight: int = typer.Option(256, "--max-inflight", min=1, help="Open loop: cap on outstanding requests."),
     slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="Goodput TTFT SLO (default: config slo)."),
@@ -79,7 +86,12 @@ def bench(
     timeline: Optional[Path] = typer.Option(None, "--timeline", help="Per-second load/TTFT/replicas JSON (+ PNG)."),
 ) -> None:
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
+    import asyncio
+
+    import httpx
+
     from bench.client import auth_headers, is_loopback_url
+    from bench.cluster_check import ClusterMismatch, wait_ready
     from bench.plots import plot_timeline, plot_ttft_cdf
     from bench.loop_lag import STARVED_MS
     from bench.report import comparison_table, write_json, write_requests_jsonl
@@ -96,7 +108,18 @@ def bench(
         raise typer.BadParameter(str(e)) from None
     redeploy = policy_list != [None] or kv_cache_tokens is not None
     headers = auth_headers(api_key)
-    model_cfg, slo_cfg, full_cfg = _cluster_config(url, headers, config_file, need_full=redeploy)
+
+    async def _ready() -> None:  # the config is read only from a cluster whose replicas all serve
+        async with httpx.AsyncClient() as client:
+            await wait_ready(client, url, headers, ready_timeout)
+
+    try:
+        with console.status("waiting until every configured replica serves (/ready)..."):
+            asyncio.run(_ready())
+    except ClusterMismatch as e:
+        console.print(f"[red]not measuring: {e}[/]")
+        raise typer.Exit(2) from None
+    model_cfg, slo_cfg, full_cfg, expected_replicas = _cluster_config(url, headers, config_file, need_full=redeploy)
     slo_ttft_ms = slo_ttft_ms if slo_ttft_ms is not None else slo_cfg.ttft_p90_ms
     slo_itl_ms = slo_itl_ms if slo_itl_ms is not None else slo_cfg.itl_p90_ms
 
@@ -124,8 +147,14 @@ def bench(
         base_url=url, model=model_cfg.name, api_key=api_key, concurrency=concurrency, timeout_s=timeout,
         connect_timeout_s=connect_timeout,
         max_inflight=max_inflight, use_token_ids=token_ids, slo_ttft_ms=slo_ttft_ms, slo_itl_ms=slo_itl_ms,
-        sample_stats=timeline is not None,
+        sample_stats=timeline is not None, ready_timeout_s=ready_timeout,
     )
+
+    def write_results(done: list) -> None:  # after every policy: a later failure loses nothing measured
+        if json_out:
+            write_json(json_out, done, params)
+        if requests_jsonl:
+            write_requests_jsonl(requests_jsonl, done)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("errors {task.fields[errors]}"))
     with Progress(*columns, console=console) as progress:
@@ -139,11 +168,17 @@ def bench(
             state["errors"] += 0 if res.ok else 1
             progress.update(state["task"], advance=1, errors=state["errors"])
 
-        runs = run_policies(
-            opts, wl.requests, policy_list, base_cfg=full_cfg, kv_cache_tokens=kv_cache_tokens,
-            deploy=default_deploy(address) if redeploy else None, warmup=warm, on_start=on_start,
-            on_result=on_result,
-        )
+        try:
+            runs = run_policies(
+                opts, wl.requests, policy_list, base_cfg=full_cfg, kv_cache_tokens=kv_cache_tokens,
+                deploy=default_deploy(address) if redeploy else None, warmup=warm, on_start=on_start,
+                on_result=on_result, on_done=write_results, expected_replicas=expected_replicas,
+            )
+        except ClusterMismatch as e:
+            console.print(f"[red]not measuring: {e}[/]")
+            if json_out and json_out.exists():
+                console.print(f"the policies measured before this one are in {json_out}")
+            raise typer.Exit(2) from None
 
     console.print(comparison_table(runs, title=f"kvserve bench — {wl.name}, {len(wl.requests)} requests"))
     for run in runs:
@@ -156,12 +191,9 @@ def bench(
                           "that wait[/]")
         if run.late_arrivals:
             console.print(f"[yellow]{run.policy}: {run.late_arrivals} arrivals waited for --max-inflight[/]")
-    if json_out:
-        write_json(json_out, runs, params)
-        console.print(f"wrote {json_out}")
-    if requests_jsonl:
-        write_requests_jsonl(requests_jsonl, runs)
-        console.print(f"wrote {requests_jsonl}")
+    for path in (json_out, requests_jsonl):
+        if path:
+            console.print(f"wrote {path}")
     plot_path = plot or (json_out.with_suffix(".ttft_cdf.png") if json_out else None)
     if plot_path:
         plot_ttft_cdf(runs, plot_path, title=f"TTFT CDF — {wl.name}")

@@ -30,6 +30,7 @@ class FakeBehaviour:
     fail_status: dict[int, int] = field(default_factory=dict)  # n-th request (0-based) -> HTTP status
     api_key: str | None = None
     config: dict = field(default_factory=dict)
+    not_ready_polls: int = 0  # `/ready` answers 503 this many times first (replicas still starting)
 
 
 class FakeKVServe:
@@ -40,12 +41,14 @@ class FakeKVServe:
         }
         self.bodies: list[dict] = []
         self._n = 0
+        self.ready_polls = 0
         self._lock = threading.Lock()
         self.app = Starlette(
             routes=[
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/kvserve/stats", self.stats),
                 Route("/kvserve/config", self.config),
+                Route("/ready", self.ready),
             ]
         )
 
@@ -92,6 +95,19 @@ class FakeKVServe:
         with self._lock:
             reps = [{"replica_id": r, **c, "kv_usage": 0.1, "waiting": 0, "running": 1} for r, c in self.counters.items()]
         return JSONResponse({"replicas": reps})
+
+    def serve_replicas(self, replicas: tuple[str, ...]) -> None:
+        """The cluster now has these replicas (a redeploy or a crash, as the test scripts it)."""
+        with self._lock:
+            self.b.replicas = replicas
+            self.counters = {r: self.counters.get(r, {"prefix_cache_queries": 0, "prefix_cache_hits": 0,
+                                                      "num_requests": 0}) for r in replicas}
+
+    async def ready(self, request: Request) -> Response:
+        with self._lock:
+            self.ready_polls += 1
+            ok = self.ready_polls > self.b.not_ready_polls
+        return JSONResponse({"status": "ready" if ok else "not ready"}, status_code=200 if ok else 503)
 
     async def config(self, request: Request) -> Response:
         return JSONResponse(self.b.config)

@@ -57,6 +57,7 @@ class RunMetrics:
     replica_requests: dict[str, int]
     share_max_over_mean: float | None
     prefix_hit_rate: float | None = None
+    replicas: int | None = None  # replicas serving when the run started, checked against the count asked for
     cached_tokens_fraction: float | None = None  # client-side cross-check from usage, not the headline
     # How late the bench's own event loop ran (`bench.loop_lag`): client-side delay inside every latency.
     client_loop_lag_p99_ms: float | None = None

@@ -21,10 +21,12 @@ JSON_KEYS = (
     "share_max_over_mean",
     "errors",
     "client_loop_lag_max_ms",
+    "replicas",
 )
 
 # (column header, RunMetrics attribute, format, lower is better)
 _COLUMNS = (
+    ("replicas", "replicas", "{}", False),
     ("TTFT p50 ms", "ttft_p50_ms", "{:.0f}", True),
     ("TTFT p90 ms", "ttft_p90_ms", "{:.0f}", True),
     ("TTFT p99 ms", "ttft_p99_ms", "{:.0f}", True),
@@ -111,7 +113,8 @@ def comparison_table(runs: Sequence[PolicyRun], title: str = "kvserve bench") ->
     first = runs[0].metrics if runs else None
     for header, attr, fmt, lower in _COLUMNS:
         cells = [
-            _cell(getattr(run.metrics, attr), getattr(first, attr), fmt, lower, with_ratio=i > 0 and attr != "errors")
+            _cell(getattr(run.metrics, attr), getattr(first, attr), fmt, lower,
+                  with_ratio=i > 0 and attr not in ("errors", "replicas"))
             for i, run in enumerate(runs)
         ]
         table.add_row(header, *cells)

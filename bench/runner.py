@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import httpx
 
 from bench.client import RequestResult, auth_headers, completion_body, stream_request
+from bench.cluster_check import verify
 from bench.loop_lag import LoopLag
 from bench.metrics import RunMetrics, summarize
 from bench.server_stats import Snapshot, fetch_stats, prefix_hit_rate
@@ -41,6 +42,8 @@ class ReplayOptions:
     slo_ttft_ms: float = 2000.0
     slo_itl_ms: float = 200.0
     sample_stats: bool = False  # poll /kvserve/stats each second for the timeline
+    ready_timeout_s: float = 900.0  # how long to wait for every replica to serve before each run
+    replica_settle_s: float = 30.0  # then how long the replicas answering stats may lag /ready
 
     @property
     def headers(self) -> dict[str, str]:
@@ -157,6 +160,7 @@ async def replay(
 
 
 Deploy = Callable[[Any], None]
+OnDone = Callable[[list[PolicyRun]], None]
 
 
 def default_deploy(address: str) -> Deploy:
@@ -191,19 +195,34 @@ def run_policies(
     warmup: Sequence[BenchRequest] = (),
     on_start: Callable[[str], None] | None = None,
     on_result: OnResult | None = None,
+    on_done: OnDone | None = None,
+    expected_replicas: int | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> list[PolicyRun]:
-    """For each policy: redeploy (if a policy or KV size is given), then replay the identical requests.
+    """For each policy: redeploy (if a policy or KV size is given), check that the cluster serving is
+    the one asked for (`bench.cluster_check`: ClusterMismatch otherwise), then replay the identical
+    requests. `on_done` gets the runs so far after each policy, so a later failure loses nothing.
 
-    A policy of None means "whatever is deployed now" (no redeploy unless kv_cache_tokens is set).
+    A policy of None means "whatever is deployed now" (no redeploy unless kv_cache_tokens is set);
+    `expected_replicas` is then its size (None: not checked). A redeploy expects its config's size.
     """
     runs: list[PolicyRun] = []
     for policy in policies:
         name = policy or "current"
+        expected = expected_replicas
         if policy is not None or kv_cache_tokens is not None:
             if base_cfg is None or deploy is None:
                 raise ValueError("redeploying needs the cluster's config and a deploy function")
-            deploy(policy_config(base_cfg, policy, kv_cache_tokens))
+            cfg = policy_config(base_cfg, policy, kv_cache_tokens)
+            deploy(cfg)
+            expected = None if cfg.autoscaling.enabled else cfg.num_replicas
+        serving = asyncio.run(verify(opts.base_url, opts.headers, expected, opts.ready_timeout_s,
+                                     opts.replica_settle_s, on_wait))
         if on_start:
             on_start(name)
-        runs.append(asyncio.run(replay(opts, reqs, policy=name, on_result=on_result, warmup=warmup)))
+        run = asyncio.run(replay(opts, reqs, policy=name, on_result=on_result, warmup=warmup))
+        run.metrics.replicas = len(serving)
+        runs.append(run)
+        if on_done:
+            on_done(runs)
     return runs

@@ -69,8 +69,8 @@ def start_cluster(cfg: KVServeConfig, join_existing: bool = True) -> bool:
 
 
 def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 600.0,
-           on_wait: Callable[[str], None] | None = None, restart: bool = False) -> None:
-    """(Re)deploy the app described by `cfg` and wait until every replica serves.
+           on_wait: Callable[[str], None] | None = None, restart: bool = False, wait: bool = True) -> None:
+    """(Re)deploy the app described by `cfg` and (with `wait`) wait until every replica serves.
 
     Replicas restart only when the config (apart from the replica count) or the code changed
     (`deployments.app.deployment_version`): a resize keeps the running engines and their caches.
@@ -91,8 +91,12 @@ def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 
     args: dict = {"config": cfg}
     if restart:
         args["generation"] = uuid.uuid4().hex
-    serve.run(build_app(args), name=cfg.app_name, route_prefix="/", blocking=False)
-    wait_ready(cfg, timeout_s, on_wait)
+    # Serve's own wait (for the app to be RUNNING) only with `wait`: without it the caller gets the
+    # cluster while replicas still start, as a user who benches right after a deploy does.
+    serve.run_many([serve.RunTarget(build_app(args), name=cfg.app_name, route_prefix="/")],
+                   wait_for_applications_running=wait)
+    if wait:
+        wait_ready(cfg, timeout_s, on_wait)
 
 
 def base_url(cfg: KVServeConfig) -> str:

@@ -266,16 +266,10 @@ class Ingress:
             return None
 
     async def ready(self) -> tuple[bool, dict]:
-        from ray import serve
+        from deployments.serve_state import deployment_state
 
-        st = serve.status().applications.get(self.cfg.app_name)
-        if st is None:
-            return False, {"status": "not deployed"}
-        dep = st.deployments.get("LLMReplica")
-        running = dep.replica_states.get("RUNNING", 0) if dep else 0
-        ok = bool(dep) and dep.status == "HEALTHY" and running > 0
-        return ok, {"status": "ready" if ok else "not ready", "deployment": dep.status if dep else None,
-                    "running_replicas": running}
+        state = await deployment_state(self.cfg.app_name)
+        return state.ready, state.as_dict()
 
     # -- routes -------------------------------------------------------------------------------
 
@@ -337,13 +331,17 @@ class Ingress:
     async def config_route(self):
         from kvserve.config import redacted
 
+        from deployments.serve_state import deployment_state
+
         cfg = self.cfg
         if not cfg.autoscaling.enabled:
-            # We are bound without the replica count (a resize must not restart us), so report the
-            # replicas serving now: tools that redeploy from this config (bench) must keep the size.
-            live = len(await self.replica_stats())
-            if live:
-                cfg = cfg.model_copy(update={"num_replicas": live})
+            # We are bound without the replica count (a resize must not restart us): Serve's target
+            # is the configured count. Tools that redeploy from this config (bench) keep the size.
+            state = await deployment_state(cfg.app_name)
+            if state.target_replicas < 1:
+                return error_response(503, "the engine deployment is not deployed yet; retry later",
+                                      headers={"Retry-After": "5"})
+            cfg = cfg.model_copy(update={"num_replicas": state.target_replicas})
         return redacted(cfg)
 
     @app.get("/metrics")

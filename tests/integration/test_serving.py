@@ -187,7 +187,7 @@ def test_keys_never_served_in_clear(cluster):
     assert all(k not in text for k in KEYS.values())
 
 
-def test_served_config_carries_the_live_replica_count(cluster):
+def test_served_config_carries_the_configured_replica_count(cluster):
     """`kvserve bench --policies` redeploys from this config: a wrong count would silently bench one replica."""
     assert httpx.get(cluster.url + "/kvserve/config").json()["num_replicas"] == 2
 
