@@ -74,12 +74,12 @@ class LLMReplica:
 
     async def _start(self) -> None:
         from starlette.datastructures import State
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         from autoscaling.window import SignalWindow
         from deployments.engine_stats import COUNTERS, CounterStatLogger
+        from deployments.vllm_compat import get
+
+        AsyncEngineArgs, AsyncLLM, init_app_state = get("AsyncEngineArgs"), get("AsyncLLM"), get("init_app_state")
 
         self.window = SignalWindow(look_back_s=self.cfg.autoscaling.look_back_s)
         self.counters = COUNTERS
@@ -111,9 +111,10 @@ class LLMReplica:
             return
         start = time.monotonic()
         try:
-            from vllm import SamplingParams
-
             from deployments.stats_board import board
+            from deployments.vllm_compat import get
+
+            SamplingParams = get("SamplingParams")
 
             hot = await board(self.cfg.app_name).get_hot.remote()
             for _, tokens, _ in hot[:n]:  # the ingress posts only families over warm_min_requests
@@ -227,6 +228,8 @@ class LLMReplica:
     # -- requests ------------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, Any]:
+        from deployments.vllm_compat import num_unfinished_requests
+
         await self.ensure_started()
         c = self.counters.as_dict()
         c.pop("on_iteration", None)
@@ -234,7 +237,7 @@ class LLMReplica:
             "replica_id": self.replica_id,
             "num_requests": self.num_requests,
             "aborted": self.aborted,
-            "unfinished": self.engine.get_num_unfinished_requests(),
+            "unfinished": num_unfinished_requests(self.engine),
             "cached_blocks": len(self.kv.blocks) if self.kv else 0,
             "warmed_prefixes": self.warmed_prefixes,
             "warm_s": round(self.warm_s, 2),
@@ -265,16 +268,14 @@ class LLMReplica:
             await served.aclose()  # a caller that went away aborts the engine request now, not at GC
 
     async def _serve(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
-        if isinstance(work, ChatWork):
-            from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from deployments.vllm_compat import get
 
-            request = ChatCompletionRequest.model_validate(work.body)
+        if isinstance(work, ChatWork):
+            request = get("ChatCompletionRequest").model_validate(work.body)
             _PRERENDERED.set((work.conversation, work.engine_inputs))
             result = await self.chat.create_chat_completion(request, None)
         else:
-            from vllm.entrypoints.openai.completion.protocol import CompletionRequest
-
-            request = CompletionRequest.model_validate(work.body)
+            request = get("CompletionRequest").model_validate(work.body)
             _PRERENDERED.set(work.engine_inputs)
             result = await self.completion.create_completion(request, None)
         if hasattr(result, "__aiter__"):

@@ -81,7 +81,6 @@ def apply_engine_env(cfg: KVServeConfig, claim_cores: bool = False) -> None:
 
 
 def parse_vllm_args(argv: list[str]) -> Namespace:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from deployments.vllm_compat import parse_args
 
-    return make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    return parse_args(argv)

@@ -28,9 +28,9 @@ def _tokens(n: int, seed: int) -> list[int]:
 
 async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> tuple[float, float, int]:
     """(ttft_s, e2e_s, output_tokens) of one request."""
-    from vllm import SamplingParams
+    from deployments.vllm_compat import get
 
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
+    params = get("SamplingParams")(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
     start = time.perf_counter()
     ttft = None
     out = 0
@@ -43,10 +43,10 @@ async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = Tr
 
 async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[float], batches: list[int],
                    contexts: list[int], reps: int, say: Callable[[str], None]) -> dict:
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
-
     from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+    from deployments.vllm_compat import get
+
+    AsyncEngineArgs, AsyncLLM = get("AsyncEngineArgs"), get("AsyncLLM")
 
     apply_engine_env(cfg, claim_cores=True)
     args = parse_vllm_args(engine_cli_args(cfg))
@@ -104,9 +104,9 @@ async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[
 
 
 def _vllm_version() -> str:
-    import vllm
+    from deployments.vllm_compat import vllm_version
 
-    return f"vllm {vllm.__version__}"
+    return f"vllm {vllm_version()}"
 
 
 def run_profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[float], batches: list[int],
