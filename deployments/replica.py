@@ -45,13 +45,14 @@ class LLMReplica:
     async def __init__(self, config: dict) -> None:  # type: ignore[misc]
         from deployments.kv_events import KVEventCollector, new_ipc_endpoint
         from deployments.prefill_backlog import PrefillBacklog
-        from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+        from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
 
         self.cfg = KVServeConfig.model_validate(config)
         apply_engine_env(self.cfg, claim_cores=True)
         self.replica_id = self._replica_id()
         endpoint = new_ipc_endpoint() if self.cfg.engine.enable_prefix_caching else None
-        self.args = parse_vllm_args(engine_cli_args(self.cfg, kv_events_endpoint=endpoint))
+        self.args = parse_vllm_args(engine_cli_args(self.cfg, kv_events_endpoint=endpoint,
+                                                    device_memory_bytes=gpu_device_memory(self.cfg)))
         self.kv = KVEventCollector(endpoint, self.cfg.engine.block_size) if endpoint else None
         self.num_requests = 0
         self.aborted = 0

@@ -43,13 +43,13 @@ async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = Tr
 
 async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[float], batches: list[int],
                    contexts: list[int], reps: int, say: Callable[[str], None]) -> dict:
-    from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+    from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
     from deployments.vllm_compat import get
 
     AsyncEngineArgs, AsyncLLM = get("AsyncEngineArgs"), get("AsyncLLM")
 
     apply_engine_env(cfg, claim_cores=True)
-    args = parse_vllm_args(engine_cli_args(cfg))
+    args = parse_vllm_args(engine_cli_args(cfg, device_memory_bytes=gpu_device_memory(cfg)))
     t0 = time.perf_counter()
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs.from_cli_args(args))
     await _one(engine, _tokens(64, 999), 2)  # warm-up
