@@ -23,8 +23,8 @@ from kvserve.serve_config import ingress_limits
 LIVE_ROUTERS = {
     # Serve's own default router (power of two choices on queue length).
     "pow2": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",
-    # Ray's real prefix-aware router, unmodified.
-    "ray_prefix": "ray.serve.llm.request_router:PrefixCacheAffinityRouter",
+    # Ray's real prefix-aware router, unmodified (loaded without ray.serve.llm's vLLM imports).
+    "ray_prefix": "deployments.ray_prefix_router:PrefixCacheAffinityRouter",
     # Ours: pure policies from router.registry behind one adapter.
     "kvserve": "router.serve_adapter:KVServeRequestRouter",
     "round_robin": "router.serve_adapter:KVServeRequestRouter",

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm.v1.metrics.loggers import StatLoggerBase
+from deployments.vllm_compat import get
+
+StatLoggerBase = get("StatLoggerBase")
 
 
 class EngineCounters:

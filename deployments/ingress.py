@@ -60,18 +60,16 @@ class Ingress:
         """vLLM's OnlineRenderer (chat templates + tokenizer), built without an engine."""
         if self._renderer is None:
             from starlette.datastructures import State
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            from vllm.entrypoints.launchers.render.app_state import init_render_app_state
 
             from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+            from deployments.vllm_compat import get, init_renderer
 
             apply_engine_env(self.cfg)
             args = parse_vllm_args(engine_cli_args(self.cfg))
-            vllm_config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
+            vllm_config = get("AsyncEngineArgs").from_cli_args(args).create_engine_config()
             state = State()
-            await init_render_app_state(vllm_config, state, args)
+            self._renderer = await init_renderer(vllm_config, state, args)
             self._state = state
-            self._renderer = state.online_renderer
         return self._renderer
 
     # -- request pipeline -----------------------------------------------------------------------
@@ -117,12 +115,11 @@ class Ingress:
 
     async def _render(self, kind: str, data: dict, tenant: str) -> ChatWork | CompletionWork:
         from pydantic import ValidationError
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
-        from vllm.exceptions import VLLMClientError
+
+        from deployments.vllm_compat import client_errors, get
 
         renderer = await self.renderer()
-        model_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
+        model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
         try:
             req = model_cls.model_validate(data)
             # Sampling-parameter validation (temperature, top_p, ...) without touching an engine.
@@ -131,7 +128,7 @@ class Ingress:
         except ValidationError as e:
             first = e.errors()[0]
             raise APIError(400, f"invalid request: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-        except (ValueError, TypeError, VLLMClientError) as e:  # bad sampling params, prompt too long, ...
+        except (ValueError, TypeError, *client_errors()) as e:  # bad sampling params, prompt too long, ...
             raise APIError(400, str(e), getattr(e, "parameter", None)) from None
         if type(result).__name__ == "ErrorResponse":
             body = json.loads(result.model_dump_json())["error"]

@@ -48,8 +48,11 @@ class KVEventCollector:
     def _run(self) -> None:
         import msgspec
         import zmq
-        from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
+        from deployments.vllm_compat import get
+
+        AllBlocksCleared, BlockRemoved, BlockStored = get("AllBlocksCleared"), get("BlockRemoved"), get("BlockStored")
+        KVEventBatch = get("KVEventBatch")
         decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.SUB)

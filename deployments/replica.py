@@ -45,13 +45,14 @@ class LLMReplica:
     async def __init__(self, config: dict) -> None:  # type: ignore[misc]
         from deployments.kv_events import KVEventCollector, new_ipc_endpoint
         from deployments.prefill_backlog import PrefillBacklog
-        from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+        from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
 
         self.cfg = KVServeConfig.model_validate(config)
         apply_engine_env(self.cfg, claim_cores=True)
         self.replica_id = self._replica_id()
         endpoint = new_ipc_endpoint() if self.cfg.engine.enable_prefix_caching else None
-        self.args = parse_vllm_args(engine_cli_args(self.cfg, kv_events_endpoint=endpoint))
+        self.args = parse_vllm_args(engine_cli_args(self.cfg, kv_events_endpoint=endpoint,
+                                                    device_memory_bytes=gpu_device_memory(self.cfg)))
         self.kv = KVEventCollector(endpoint, self.cfg.engine.block_size) if endpoint else None
         self.num_requests = 0
         self.aborted = 0
@@ -74,12 +75,12 @@ class LLMReplica:
 
     async def _start(self) -> None:
         from starlette.datastructures import State
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         from autoscaling.window import SignalWindow
         from deployments.engine_stats import COUNTERS, CounterStatLogger
+        from deployments.vllm_compat import get
+
+        AsyncEngineArgs, AsyncLLM, init_app_state = get("AsyncEngineArgs"), get("AsyncLLM"), get("init_app_state")
 
         self.window = SignalWindow(look_back_s=self.cfg.autoscaling.look_back_s)
         self.counters = COUNTERS
@@ -111,9 +112,10 @@ class LLMReplica:
             return
         start = time.monotonic()
         try:
-            from vllm import SamplingParams
-
             from deployments.stats_board import board
+            from deployments.vllm_compat import get
+
+            SamplingParams = get("SamplingParams")
 
             hot = await board(self.cfg.app_name).get_hot.remote()
             for _, tokens, _ in hot[:n]:  # the ingress posts only families over warm_min_requests
@@ -227,6 +229,8 @@ class LLMReplica:
     # -- requests ------------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, Any]:
+        from deployments.vllm_compat import num_unfinished_requests
+
         await self.ensure_started()
         c = self.counters.as_dict()
         c.pop("on_iteration", None)
@@ -234,7 +238,7 @@ class LLMReplica:
             "replica_id": self.replica_id,
             "num_requests": self.num_requests,
             "aborted": self.aborted,
-            "unfinished": self.engine.get_num_unfinished_requests(),
+            "unfinished": num_unfinished_requests(self.engine),
             "cached_blocks": len(self.kv.blocks) if self.kv else 0,
             "warmed_prefixes": self.warmed_prefixes,
             "warm_s": round(self.warm_s, 2),
@@ -265,16 +269,14 @@ class LLMReplica:
             await served.aclose()  # a caller that went away aborts the engine request now, not at GC
 
     async def _serve(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
-        if isinstance(work, ChatWork):
-            from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from deployments.vllm_compat import get
 
-            request = ChatCompletionRequest.model_validate(work.body)
+        if isinstance(work, ChatWork):
+            request = get("ChatCompletionRequest").model_validate(work.body)
             _PRERENDERED.set((work.conversation, work.engine_inputs))
             result = await self.chat.create_chat_completion(request, None)
         else:
-            from vllm.entrypoints.openai.completion.protocol import CompletionRequest
-
-            request = CompletionRequest.model_validate(work.body)
+            request = get("CompletionRequest").model_validate(work.body)
             _PRERENDERED.set(work.engine_inputs)
             result = await self.completion.create_completion(request, None)
         if hasattr(result, "__aiter__"):

@@ -8,14 +8,19 @@ defaults, validation and serving layer (`init_app_state`) behave exactly as in
 from __future__ import annotations
 
 import json
+import logging
 import os
 from argparse import Namespace
 
-from kvserve.config import KVServeConfig
+from kvserve.config import EngineConfig, KVServeConfig
 from kvserve.model import resolve_model_path
 
+log = logging.getLogger("kvserve.vllm_args")
 
-def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -> list[str]:
+
+def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
+                    device_memory_bytes: int | None = None) -> list[str]:
+    """`device_memory_bytes`: the GPU's total memory, for a replica on a GPU share (see share_kv_cache_bytes)."""
     e, m = cfg.engine, cfg.model
     args = [
         "--model", resolve_model_path(m),
@@ -40,13 +45,16 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -
     if e.quantization:
         args += ["--quantization", e.quantization]
     if e.device == "gpu":
-        args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
+        args += ["--gpu-memory-utilization", vllm_gpu_memory_utilization(e)]
     if e.kv_cache_tokens:
         blocks = max(e.kv_cache_tokens // e.block_size, 1)
         args += ["--num-gpu-blocks-override", str(blocks)]
     if kv_events_endpoint:
         kv = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events_endpoint}
         args += ["--kv-events-config", json.dumps(kv)]
+    kv_bytes = share_kv_cache_bytes(cfg, device_memory_bytes)
+    if kv_bytes is not None:
+        args += ["--kv-cache-memory-bytes", str(kv_bytes)]
     for key, val in e.extra_args.items():
         flag = "--" + key.replace("_", "-")
         if val is True:
@@ -56,6 +64,50 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None) -
         else:
             args += [flag, json.dumps(val) if isinstance(val, (dict, list)) else str(val)]
     return args
+
+
+def vllm_gpu_memory_utilization(e: EngineConfig) -> str:
+    """vLLM's gpu_memory_utilization is a fraction of the whole device, and at start it refuses to
+    run unless that much is free: a replica on a share asks for its share of it."""
+    share = e.gpu_share
+    return str(e.gpu_memory_utilization if share >= 1 else round(share * e.gpu_memory_utilization, 4))
+
+
+def needs_device_memory(cfg: KVServeConfig) -> bool:
+    e = cfg.engine
+    return e.device == "gpu" and e.gpu_share < 1 and "kv_cache_memory_bytes" not in e.extra_args
+
+
+def gpu_device_memory(cfg: KVServeConfig) -> int | None:
+    """This process's GPU's total memory when the config's KV budget depends on it, else None."""
+    if not needs_device_memory(cfg):
+        return None
+    from deployments.vllm_compat import device_total_memory
+
+    return device_total_memory()
+
+
+def share_kv_cache_bytes(cfg: KVServeConfig, device_memory_bytes: int | None) -> int | None:
+    """vLLM's kv_cache_memory_bytes for a replica on a GPU share (None: leave it to vLLM).
+
+    vLLM sizes its cache by profiling free memory on the whole device, where other replicas'
+    weights look like its own use. On a share we size it: the share's KV budget, or exactly
+    engine.kv_cache_tokens when set (its block-count override wins either way); an explicit
+    extra_args.kv_cache_memory_bytes is passed through untouched."""
+    if device_memory_bytes is None or not needs_device_memory(cfg):
+        return None
+    from kvserve.model_footprint import kv_bytes_for_tokens, local_model_dir, replica_kv_budget
+
+    model_dir = local_model_dir(resolve_model_path(cfg.model))
+    if model_dir is None:
+        log.warning("no config.json for %s: vLLM sizes the KV cache itself, counting other replicas on this "
+                    "GPU; set engine.extra_args.kv_cache_memory_bytes", cfg.model.source)
+        return None
+    if cfg.engine.kv_cache_tokens:
+        return kv_bytes_for_tokens(cfg, model_dir, cfg.engine.kv_cache_tokens)
+    budget = replica_kv_budget(cfg, device_memory_bytes, model_dir)
+    log.info("KV cache from the GPU share: %s", budget.describe())
+    return budget.kv_bytes
 
 
 def engine_env(cfg: KVServeConfig) -> dict[str, str]:
@@ -81,7 +133,6 @@ def apply_engine_env(cfg: KVServeConfig, claim_cores: bool = False) -> None:
 
 
 def parse_vllm_args(argv: list[str]) -> Namespace:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from deployments.vllm_compat import parse_args
 
-    return make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    return parse_args(argv)

@@ -41,25 +41,47 @@ class ModelConfig(_Section):
         return self.served_name or self.source
 
 
+# Defaults for fields left unset, per device. CPU: this repo's measured fast settings; GPU: the
+# reasons are in each field's description.
+DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cpu": {"dtype": "float32", "enforce_eager": True, "max_num_batched_tokens": 2048, "block_size": 32},
+    "gpu": {"dtype": "auto", "enforce_eager": False, "max_num_batched_tokens": 8192, "block_size": 16},
+}
+
+
 class EngineConfig(_Section):
-    """vLLM engine arguments. Defaults are the fast settings for the CPU build."""
+    """vLLM engine arguments. Fields left unset take the device's default (DEVICE_DEFAULTS)."""
 
     device: Literal["cpu", "gpu"] = "cpu"
-    dtype: str = Field("float32", description="float32 on CPU (bf16 is ~5x slower there); bfloat16/auto on GPU.")
-    enforce_eager: bool = Field(True, description="Skip graph capture/compile (saves ~2 min warm-up on CPU).")
+    dtype: str | None = Field(
+        None, description="None: float32 on CPU (bf16 is ~5x slower there); auto on GPU (the checkpoint's "
+        "dtype, bf16 for current models; vLLM casts fp32 checkpoints down to bf16/fp16).",
+    )
+    enforce_eager: bool | None = Field(
+        None, description="Skip CUDA-graph capture / torch.compile. None: true on CPU (saves ~2 min warm-up); "
+        "false on GPU (CUDA graphs cut per-step launch overhead, most of decode latency at small batches).",
+    )
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     block_size: int | None = Field(
         None, ge=1, description="KV block size in tokens (router hashes use it). None: 32 on CPU (its attention "
-        "kernel needs multiples of 32), 16 on GPU.",
+        "kernel needs multiples of 32), 16 on GPU (vLLM's GPU default: finer prefix-cache sharing).",
     )
     kv_cache_gib: float = Field(1.0, gt=0, description="CPU only: KV cache space per replica (VLLM_CPU_KVCACHE_SPACE).")
     kv_cache_tokens: int | None = Field(
         None, ge=16, description="Cap on KV cache tokens per replica (num_gpu_blocks_override); None = all memory."
     )
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="GPU: fraction of the replica's GPU share (gpus_per_replica x device memory) "
+        "its engine may fill with weights, activations, CUDA graphs and KV cache. With a whole GPU this is "
+        "vLLM's own setting; with a fraction (< 1), kvserve derives the KV cache size from the share "
+        "(vLLM alone would size it for the whole device) and passes vLLM share x this.",
+    )
     max_num_seqs: int = Field(32, ge=1, description="Continuous-batching width.")
-    max_num_batched_tokens: int = Field(2048, ge=16, description="Token budget of one engine step (chunked prefill).")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=16, description="Token budget of one engine step (chunked prefill). None: 2048 on CPU; 8192 on "
+        "GPU (vLLM's own default for 70+ GB GPUs: long prefills take few steps, at a bounded activation peak).",
+    )
     long_prefill_token_threshold: int = Field(
         0, ge=0, description="Cap on one request's prefill tokens per engine step while others are scheduled "
         "(vLLM's long_prefill_token_threshold; 0 = off). A cap lets cached hits and decodes through while a "
@@ -72,18 +94,27 @@ class EngineConfig(_Section):
         "slot", description="CPU only: VLLM_CPU_OMP_THREADS_BIND; `slot` gives each replica on a host its own cores."
     )
     cpus_per_replica: float = Field(1.0, gt=0, description="Ray CPUs reserved per replica.")
-    gpus_per_replica: float = Field(0.0, ge=0, description="Ray GPUs reserved per replica (GPU device).")
+    gpus_per_replica: float = Field(
+        0.0, ge=0, description="Ray GPUs reserved per replica (GPU device; 0 = tensor_parallel_size). A fraction "
+        "shares one GPU between replicas: each sizes its KV cache to its share."
+    )
     extra_args: dict[str, Any] = Field(default_factory=dict, description="Passed through to vLLM AsyncEngineArgs.")
 
     @model_validator(mode="after")
     def _device_defaults(self) -> EngineConfig:
         if self.device == "gpu" and self.gpus_per_replica == 0:
             self.__dict__["gpus_per_replica"] = float(self.tensor_parallel_size)
-        if self.block_size is None:
-            self.__dict__["block_size"] = 32 if self.device == "cpu" else 16
-        elif self.device == "cpu" and self.block_size % 32:
+        for name, value in DEVICE_DEFAULTS[self.device].items():
+            if getattr(self, name) is None:
+                self.__dict__[name] = value
+        if self.device == "cpu" and self.block_size % 32:
             raise ValueError("on CPU, block_size must be a multiple of 32 (vLLM's CPU attention kernel)")
         return self
+
+    @property
+    def gpu_share(self) -> float:
+        """The fraction of each of its GPUs one replica may use (1 for whole GPUs)."""
+        return min(self.gpus_per_replica / self.tensor_parallel_size, 1.0)
 
 
 class RouterConfig(_Section):

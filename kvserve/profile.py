@@ -28,9 +28,9 @@ def _tokens(n: int, seed: int) -> list[int]:
 
 async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> tuple[float, float, int]:
     """(ttft_s, e2e_s, output_tokens) of one request."""
-    from vllm import SamplingParams
+    from deployments.vllm_compat import get
 
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
+    params = get("SamplingParams")(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
     start = time.perf_counter()
     ttft = None
     out = 0
@@ -43,13 +43,13 @@ async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = Tr
 
 async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[float], batches: list[int],
                    contexts: list[int], reps: int, say: Callable[[str], None]) -> dict:
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
+    from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
+    from deployments.vllm_compat import get
 
-    from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+    AsyncEngineArgs, AsyncLLM = get("AsyncEngineArgs"), get("AsyncLLM")
 
     apply_engine_env(cfg, claim_cores=True)
-    args = parse_vllm_args(engine_cli_args(cfg))
+    args = parse_vllm_args(engine_cli_args(cfg, device_memory_bytes=gpu_device_memory(cfg)))
     t0 = time.perf_counter()
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs.from_cli_args(args))
     await _one(engine, _tokens(64, 999), 2)  # warm-up
@@ -104,9 +104,9 @@ async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[
 
 
 def _vllm_version() -> str:
-    import vllm
+    from deployments.vllm_compat import vllm_version
 
-    return f"vllm {vllm.__version__}"
+    return f"vllm {vllm_version()}"
 
 
 def run_profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[float], batches: list[int],
