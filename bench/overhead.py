@@ -80,10 +80,13 @@ def assemble(
     params: dict[str, Any],
     bare: dict[int, dict[str, Any]],
     kvserve: dict[int, dict[str, Any]],
+    bare_kv_events: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The result JSON: `runs.cN.{bare,kvserve}` with the headline metrics, and `ratio` where both ran."""
+    """The result JSON: `runs.cN.{bare,kvserve}` with the headline metrics, `ratio` where both ran,
+    and `bare_kv_events` (+ its own ratio against bare) where that target ran."""
+    extra = bare_kv_events or {}
     runs: dict[str, Any] = {}
-    for c in sorted(set(bare) | set(kvserve)):
+    for c in sorted(set(bare) | set(kvserve) | set(extra)):
         run: dict[str, Any] = {}
         if c in bare:
             run["bare"] = run_entry(bare[c])
@@ -91,17 +94,24 @@ def assemble(
             run["kvserve"] = run_entry(kvserve[c])
         if "bare" in run and "kvserve" in run:
             run["ratio"] = compare(run["bare"], run["kvserve"], c)
+        if c in extra:
+            run["bare_kv_events"] = run_entry(extra[c])
+            if "bare" in run:
+                run["ratio_kv_events"] = compare(run["bare"], run["bare_kv_events"], c)
         runs[run_key(c)] = run
     return {"device": device, "vllm": vllm_version, "params": params, "runs": runs}
 
 
-def bare_vllm_command(cfg: KVServeConfig, port: int, python: str = sys.executable) -> list[str]:
+def bare_vllm_command(cfg: KVServeConfig, port: int, python: str = sys.executable,
+                      kv_events_endpoint: str | None = None) -> list[str]:
     """vLLM's own OpenAI server with exactly the engine flags a kvserve replica parses.
 
-    No KV-event publisher: that is kvserve's (its cost is part of what is measured)."""
+    No KV-event publisher unless an endpoint is given: the publisher is kvserve's, and its cost
+    is part of what is measured (`bare_kv_events` publishes, to nobody, to isolate the engine's share)."""
     from deployments.vllm_args import engine_cli_args
 
-    return [python, "-m", VLLM_SERVER_MODULE, *engine_cli_args(cfg), "--host", "127.0.0.1", "--port", str(port)]
+    return [python, "-m", VLLM_SERVER_MODULE, *engine_cli_args(cfg, kv_events_endpoint=kv_events_endpoint),
+            "--host", "127.0.0.1", "--port", str(port)]
 
 
 def bare_vllm_env(cfg: KVServeConfig) -> dict[str, str]:

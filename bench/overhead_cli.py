@@ -24,7 +24,8 @@ from rich.table import Table
 
 console = Console()
 
-TARGETS = ("bare", "kvserve")
+# bare_kv_events: vLLM's server publishing KV events (to nobody), as a kvserve engine does.
+TARGETS = ("bare", "kvserve", "bare_kv_events")
 QUIET_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "RAY_USAGE_STATS_ENABLED": "0",
              "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
@@ -83,6 +84,8 @@ def _summary_table(result: dict) -> Table:
             if m is None:
                 continue
             last = target == "kvserve"
+            if target == "bare_kv_events":
+                r, last = run.get("ratio_kv_events") or {}, True
             t.add_row(key, target, fmt(m["ttft_p50_ms"], "{:.1f}"), fmt(m["itl_p50_ms"], "{:.2f}"),
                       fmt(m["output_tok_per_s"], "{:.1f}"), str(m["errors"]),
                       fmt(r.get("output_tok_per_s"), "{:.3f}") if last else "",
@@ -100,7 +103,8 @@ def overhead(
     min_requests: int = typer.Option(8, "--min-requests", min=1, help="…and at least this many."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Requests before the levels, one at a time, excluded."),
     seed: int = typer.Option(0, "--seed"),
-    targets: str = typer.Option("bare,kvserve", "--targets", help="Which to run, in order: bare,kvserve."),
+    targets: str = typer.Option("bare,kvserve", "--targets", help="Which to run, in order, of bare, kvserve, "
+                                "bare_kv_events (vLLM's server with kvserve's KV-event publisher on)."),
     token_ids: bool = typer.Option(False, "--token-ids", help="Send prompts as token ids, not text."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="KVSERVE_API_KEY", help="kvserve bearer key."),
     start_timeout: float = typer.Option(900.0, "--start-timeout", help="Seconds a server may take to answer."),
@@ -151,7 +155,7 @@ def overhead(
     measured: dict[str, dict[int, dict]] = {t: {} for t in TARGETS}
 
     def save() -> dict:
-        result = assemble(device, version, params, measured["bare"], measured["kvserve"])
+        result = assemble(device, version, params, measured["bare"], measured["kvserve"], measured["bare_kv_events"])
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
         return result
@@ -187,9 +191,13 @@ def _server(target: str, cfg, port: int, url: str, log: Path, start_timeout: flo
     from bench.overhead import bare_vllm_command, bare_vllm_env, kvserve_command, one_replica_config
     from bench.servers import running
 
-    if target == "bare":
-        return running(bare_vllm_command(cfg, port), env={**QUIET_ENV, **bare_vllm_env(cfg)},
-                       ready_url=f"{url}/v1/models", log=log, timeout_s=start_timeout)
+    if target in ("bare", "bare_kv_events"):
+        from deployments.kv_events import new_ipc_endpoint
+
+        endpoint = new_ipc_endpoint() if target == "bare_kv_events" and cfg.engine.enable_prefix_caching else None
+        return running(bare_vllm_command(cfg, port, kv_events_endpoint=endpoint),
+                       env={**QUIET_ENV, **bare_vllm_env(cfg)}, ready_url=f"{url}/v1/models", log=log,
+                       timeout_s=start_timeout)
     conf = log.with_suffix(".config.json")  # beside its log: the record of what ran
     conf.write_text(json.dumps(one_replica_config(cfg, port)))
     # SIGINT: `kvserve serve` then shuts Serve and the Ray it started down itself.

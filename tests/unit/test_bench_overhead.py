@@ -118,6 +118,14 @@ def test_assemble_one_target_has_no_ratio():
     assert res["runs"]["c4"]["bare"]["ttft_p50_ms"] == 1
 
 
+def test_assemble_kv_events_target_is_compared_with_bare():
+    res = assemble("cpu", "0.32.0", {}, {1: _m(50, 10, 100)}, {1: _m(60, 11, 90)}, {1: _m(52, 10.2, 98)})
+    run = res["runs"]["c1"]
+    assert set(run) == {"bare", "kvserve", "ratio", "bare_kv_events", "ratio_kv_events"}
+    assert run["ratio_kv_events"]["output_tok_per_s"] == pytest.approx(0.98)
+    assert run["ratio"]["output_tok_per_s"] == pytest.approx(0.9)
+
+
 # -- server commands --------------------------------------------------------------------------
 
 
@@ -129,6 +137,8 @@ def test_bare_command_passes_the_replicas_engine_flags():
     assert cmd[3 : 3 + len(flags)] == flags
     assert cmd[3 + len(flags) :] == ["--host", "127.0.0.1", "--port", "8123"]
     assert "--kv-events-config" not in cmd  # the publisher is kvserve's cost, not vLLM's
+    with_events = bare_vllm_command(cfg, 8123, python="py", kv_events_endpoint="ipc:///tmp/x.sock")
+    assert with_events[3:-4] == engine_cli_args(cfg, kv_events_endpoint="ipc:///tmp/x.sock")
 
 
 def test_bare_env_is_the_replicas_engine_env_on_cpu():
