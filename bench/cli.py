@@ -208,5 +208,8 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
+    from bench.overhead_cli import overhead
+
     app.command("bench")(bench)
+    app.command("bench-overhead")(overhead)
 

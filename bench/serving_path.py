@@ -1,0 +1,211 @@
+"""Serving-path microbenchmark: kvserve's relay (proxy -> ingress -> replica) with a fake engine.
+
+The real Ingress and router, and a replica that streams `bench.fake_engine` chunks through the
+same Serve handle call as `LLMReplica`; against it, the same fake engine behind one plain
+FastAPI/uvicorn process (what vLLM's own server is). With no model, what is measured is the
+path: tokens/s, TTFT, ITL and the CPU each process spends per streamed token.
+
+    python -m bench.serving_path --target kvserve --concurrency 1,32,128 --step-ms 20 --out sp.json
+    python -m bench.serving_path --target bare ...
+
+`--env K=V` sets environment for the server and everything it starts (Ray reads its
+RAY_SERVE_* switches at import), to compare Serve's modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from deployments.protocol import META, SSE
+
+app = typer.Typer(add_completion=False)
+
+class FakeReplica:
+    """LLMReplica's streaming contract (META, then SSE chunks) over a fake engine."""
+
+    async def __init__(self, config: dict, step_s: float, work_s: float, coalesce: bool) -> None:  # type: ignore[misc]
+        from bench.fake_engine import FakeEngine
+        from kvserve.config import KVServeConfig
+
+        self.cfg = KVServeConfig.model_validate(config)
+        self.engine = FakeEngine(step_s, work_s, self.cfg.model.name)
+        self.replica_id = f"fake-{os.getpid()}"
+        self.coalesce = coalesce
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        n = len(self.engine._running)
+        return {"ready": True, "ts": time.time(), "block_size": self.cfg.engine.block_size, "blocks": [],
+                "blocks_version": 0, "waiting": 0, "running": n, "queued_prefill_tokens": 0, "kv_usage": 0.0,
+                "kv_capacity_tokens": 1 << 20}
+
+    async def stats(self) -> dict[str, Any]:
+        return {"replica_id": self.replica_id, "steps": self.engine.steps}
+
+    async def generate(self, work: Any):
+        from deployments.stream_relay import coalesce_ready
+
+        yield META, {"replica_id": self.replica_id}
+        chunks = self.engine.stream(work.num_prompt_tokens, int(work.body.get("max_tokens") or 16))
+        async for chunk in coalesce_ready(chunks) if self.coalesce else chunks:
+            yield SSE, chunk
+
+
+def fake_app(cfg: Any, step_s: float, work_s: float, coalesce: bool = False):
+    """deployments.app.build_app's graph with FakeReplica in LLMReplica's place."""
+    from ray import serve
+
+    from deployments.app import replica_options
+    from deployments.ingress import Ingress
+    from kvserve.serve_config import ingress_limits
+
+    config = {**cfg.model_dump(mode="json"), "num_replicas": 1}
+    replica = serve.deployment(FakeReplica).options(**replica_options(cfg)).bind(config, step_s, work_s, coalesce)
+    ingress = serve.deployment(Ingress).options(name="Ingress", num_replicas=1, ray_actor_options={"num_cpus": 0},
+                                                **ingress_limits(cfg))
+    return ingress.bind(replica, config)
+
+
+def bare_app(step_s: float, work_s: float, model: str):
+    """The fake engine behind one Starlette process (FastAPI's base), streamed as vLLM's server streams."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    from bench.fake_engine import FakeEngine
+
+    engine = FakeEngine(step_s, work_s, model)
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+    async def completions(request):
+        body = await request.json()
+        prompt = body.get("prompt") or ""
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        return StreamingResponse(engine.stream(n_prompt, int(body.get("max_tokens") or 16)),
+                                 media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
+
+
+def _serve_kvserve(cfg: Any, step_s: float, work_s: float, coalesce: bool) -> None:
+    from ray import serve
+
+    from cluster.local import shutdown, start_cluster, wait_ready
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    started = start_cluster(cfg, join_existing=False)
+    try:
+        serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
+        serve.run(fake_app(cfg, step_s, work_s, coalesce), name=cfg.app_name, route_prefix="/", blocking=False)
+        wait_ready(cfg, 600)
+        print("serving", flush=True)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        shutdown(started)
+
+
+@app.command("serve", hidden=True)
+def serve_cmd(target: str = typer.Option(...), port: int = typer.Option(...), step_ms: float = typer.Option(...),
+              work_us: float = typer.Option(0.0), coalesce: bool = typer.Option(False),
+              config: Optional[Path] = typer.Option(None)) -> None:
+    """(internal) Run one target until SIGINT/SIGTERM."""
+    from kvserve.config import load_config
+
+    cfg = load_config(config, overrides={"num_replicas": 1, "autoscaling": {"enabled": False},
+                                         "server": {"host": "127.0.0.1", "port": port}})
+    if target == "bare":
+        import uvicorn
+
+        uvicorn.run(bare_app(step_ms / 1000.0, work_us / 1e6, cfg.model.name), host="127.0.0.1", port=port,
+                    log_level="warning", access_log=False)
+    else:
+        _serve_kvserve(cfg, step_ms / 1000.0, work_us / 1e6, coalesce)
+
+
+@app.command("run")
+def run_cmd(
+    target: str = typer.Option("kvserve", "--target", help="kvserve or bare"),
+    concurrency: str = typer.Option("1,32,128", "--concurrency"),
+    tokens: int = typer.Option(64, "--tokens", min=1, help="Output tokens per request."),
+    prompt_tokens: int = typer.Option(16, "--prompt-tokens", min=1),
+    step_ms: float = typer.Option(20.0, "--step-ms", help="The fake engine's decode step."),
+    work_us: float = typer.Option(0.0, "--work-us", help="CPU burnt per token in the output step."),
+    per_slot: int = typer.Option(4, "--requests-per-slot", min=1),
+    min_requests: int = typer.Option(8, "--min-requests", min=1),
+    env: list[str] = typer.Option([], "--env", help="K=V for the server and all it starts."),
+    coalesce: bool = typer.Option(False, "--coalesce", help="The fake replica joins ready chunks (stream_relay)."),
+    config: Optional[Path] = typer.Option(None, "--config"),
+    label: str = typer.Option("", "--label"),
+    pyspy: Optional[Path] = typer.Option(None, "--py-spy", help="Record py-spy stacks per role and level here."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Append one JSON line here."),
+) -> None:
+    """Start the target, run the closed-loop levels, print (and append) one JSON result."""
+    import psutil
+
+    from bench.overhead import parse_levels, requests_for, run_entry
+    from bench.profiling import Spies, cpu_by_role, per_token_us
+    from bench.overhead_load import chunks_per_token, measure_levels, random_requests
+    from bench.prepare import load_tokenizer
+    from bench.runner import ReplayOptions
+    from bench.servers import free_port, running
+    from bench.tokens import SafeVocab
+    from kvserve.config import load_config
+
+    cfg = load_config(config)
+    levels = parse_levels(concurrency)
+    vocab = SafeVocab(load_tokenizer(cfg.model))
+    extra = dict(kv.split("=", 1) for kv in env)
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench.serving_path", "serve", "--target", target, "--port", str(port),
+           "--step-ms", str(step_ms), "--work-us", str(work_us)] + (["--coalesce"] if coalesce else []) + (["--config", str(config)] if config else [])
+    ready = f"http://127.0.0.1:{port}" + ("/ready" if target == "kvserve" else "/v1/models")
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serving-path-{target}-{port}.log"
+    result: dict[str, Any] = {"label": label or target, "target": target, "env": extra, "coalesce": coalesce,
+                              "step_ms": step_ms,
+                              "work_us": work_us, "tokens": tokens, "cpus": len(os.sched_getaffinity(0)), "runs": {}}
+    with running(cmd, env={"RAY_USAGE_STATS_ENABLED": "0", **extra}, ready_url=ready, log=log, timeout_s=600,
+                 stop_signal=signal.SIGINT) as proc:
+        opts = ReplayOptions(base_url=f"http://127.0.0.1:{port}", model=cfg.model.name, timeout_s=300)
+        me = psutil.Process()
+        asyncio.run(measure_levels(opts, {}, random_requests(vocab, 2, prompt_tokens, tokens, "sp:warm")))
+        for c in levels:
+            reqs = random_requests(vocab, requests_for(c, per_slot, min_requests), prompt_tokens, tokens, f"sp:{c}")
+            spies = Spies(proc.pid, pyspy, f"{label or target}-c{c}") if pyspy else None
+            before = {**cpu_by_role(proc.pid), "client": sum(me.cpu_times()[:2])}
+            t0 = time.perf_counter()
+            kept: dict = {}
+            m = asyncio.run(measure_levels(opts, {c: reqs}, keep=kept))[c]
+            wall = time.perf_counter() - t0
+            after = {**cpu_by_role(proc.pid), "client": sum(me.cpu_times()[:2])}
+            if spies:
+                spies.stop()
+            n_tok = int(round(m.output_tok_per_s * m.duration_s))
+            entry = run_entry(m.to_dict())
+            entry["cpu_us_per_token"] = per_token_us(before, after, n_tok)
+            entry["cpu_busy_fraction"] = round(sum(after[k] - before.get(k, 0.0) for k in after) / wall, 2)
+            entry["ideal_tok_per_s"] = round(c * 1000.0 / step_ms, 1)
+            entry["chunks_per_token"] = chunks_per_token(kept[c])
+            result["runs"][f"c{c}"] = entry
+            print(json.dumps({f"c{c}": entry}), flush=True)
+    print(json.dumps(result), flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    app()
