@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
 
-.PHONY: install serve test test-fast model bench sim clean
+.PHONY: install serve test test-fast model clean \
+	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling bench-live-autoscaling \
+	bench-sim-fidelity bench-gpu
 
 install: $(STAMP)
 
@@ -29,6 +31,135 @@ test: model
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not integration and not slow" tests
+
+# ---- Benchmarks: each target regenerates one table of docs/BENCHMARKS.md, with the commands that
+# page cites, into its result file in docs/results/ (scratch output goes to build/bench/).
+# Simulator and microbenchmark targets are CPU-only and deterministic up to timing; the live ones
+# measure a running cluster; bench-gpu needs a GPU machine.
+KV := $(BIN)/kvserve
+COLLECT := $(BIN)/python -m bench.results
+RESULTS := docs/results
+IMG := docs/img
+WORK := build/bench
+URL ?= http://127.0.0.1:8000
+TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
+SEED ?= 0
+SEEDS ?= 0 1 2 3 4 5 6 7 8 9
+# The CPU acceptance workload (issue 3): 16 Zipf-1.1 tenants, 1,000-token system prompts, 300 requests.
+MIX := --workload multi-tenant --tenants 16 --tenant-skew zipf:1.1 --system-tokens 1000 \
+	--question-tokens 30 --output-tokens 16
+ACCEPTANCE := $(MIX) --concurrency 8 --requests 300
+CPU_PROFILE := kvserve/profiles/cpu-smollm2-135m.json
+CPU_PROFILE_1203 := kvserve/profiles/cpu-smollm2-135m-2026-12-03.json
+# Stops a live target early, with the reason, when no cluster answers /ready at $(URL).
+need_cluster = @$(BIN)/python -c "import httpx; httpx.get('$(URL)/ready', timeout=5).raise_for_status()" \
+	>/dev/null 2>&1 || { echo "$@: no ready cluster at $(URL); start one first: $(1)"; exit 1; }
+
+# Live routing A/B on CPU: pow2 / ray_prefix / kvserve on the same 300 requests. Needs a running
+# `make serve` cluster (2 CPU replicas); the bench redeploys each policy on it in turn (~15 min).
+bench-live-routing: install
+	$(call need_cluster,make serve)
+	@mkdir -p $(WORK)
+	$(KV) bench --url $(URL) $(ACCEPTANCE) --kv-cache-tokens 8000 --seed $(SEED) \
+	  --policies pow2,ray_prefix,kvserve --json $(WORK)/live-routing-seed$(SEED).json \
+	  --plot $(IMG)/live-routing-cpu-ttft-cdf.png
+	$(COLLECT) $(RESULTS)/live-routing-cpu.json live=$(WORK)/live-routing-seed$(SEED).json
+
+# Routing in the simulator (~5 min): the router-defaults scenarios over SEEDS, with the hindsight
+# partition bound, and the Mooncake trace at cluster scale (16 replicas at 1x/4x/10x its rate, 1,000).
+bench-sim-routing: install
+	@rm -rf $(WORK)/sim-routing && mkdir -p $(WORK)/sim-routing
+	for s in $(SEEDS); do \
+	  $(KV) sim $(ACCEPTANCE) --replicas 2 --policies ray_prefix,kvserve --seed $$s \
+	    --profile $(CPU_PROFILE) --kv-blocks 250 --json $(WORK)/sim-routing/cpu-$$s.json && \
+	  $(KV) sim $(ACCEPTANCE) --replicas 2 --policies ray_prefix,kvserve --seed $$s \
+	    --profile $(CPU_PROFILE_1203) --kv-blocks 250 --partition-oracle 1000 --json $(WORK)/sim-routing/oracle-$$s.json && \
+	  for c in 16 64; do \
+	    $(KV) sim $(MIX) --replicas 2 --policies ray_prefix,kvserve --seed $$s \
+	      --concurrency $$c --requests 3000 --kv-blocks 500 --json $(WORK)/sim-routing/h200-c$$c-$$s.json || exit 1; \
+	  done || exit 1; \
+	done
+	$(COLLECT) $(RESULTS)/sim-router-defaults.json \
+	  $(foreach s,$(SEEDS),cpu_c8=$(WORK)/sim-routing/cpu-$(s).json) \
+	  $(foreach s,$(SEEDS),cpu_c8_partition_oracle=$(WORK)/sim-routing/oracle-$(s).json) \
+	  $(foreach s,$(SEEDS),h200_c16=$(WORK)/sim-routing/h200-c16-$(s).json) \
+	  $(foreach s,$(SEEDS),h200_c64=$(WORK)/sim-routing/h200-c64-$(s).json)
+	$(KV) sim --trace $(TRACE) --replicas 16 --policies round_robin,pow2,approx_tree,ray_prefix,kvserve \
+	  --json $(WORK)/sim-routing/trace16-x1.json
+	$(KV) sim --trace $(TRACE) --replicas 16 --policies pow2,approx_tree,ray_prefix,kvserve --time-scale 0.25 \
+	  --json $(WORK)/sim-routing/trace16-x4.json
+	$(KV) sim --trace $(TRACE) --replicas 16 --policies pow2,approx_tree,ray_prefix,kvserve --time-scale 0.1 \
+	  --json $(WORK)/sim-routing/trace16-x10.json
+	$(KV) sim --trace $(TRACE) --replicas 1000 --policies kvserve --json $(WORK)/sim-routing/trace1000.json
+	$(COLLECT) $(RESULTS)/sim-routing-scale.json trace16_x1=$(WORK)/sim-routing/trace16-x1.json \
+	  trace16_x4=$(WORK)/sim-routing/trace16-x4.json trace16_x10=$(WORK)/sim-routing/trace16-x10.json \
+	  trace1000=$(WORK)/sim-routing/trace1000.json
+
+# The kvserve routing core's per-decision latency (rank + on_routed), 64 and 1,000 replicas.
+bench-micro: install
+	@mkdir -p $(WORK)
+	$(BIN)/python -m bench.router_micro --replicas 64 --blocks 10000 --decisions 5000 > $(WORK)/micro-64.json
+	$(BIN)/python -m bench.router_micro --replicas 64 --blocks 10000 --decisions 5000 --gc-freeze > $(WORK)/micro-64-freeze.json
+	$(BIN)/python -m bench.router_micro --replicas 1000 --blocks 10000 --decisions 500 > $(WORK)/micro-1000.json
+	$(COLLECT) $(RESULTS)/router-micro.json replicas64=$(WORK)/micro-64.json \
+	  replicas64_gc_freeze=$(WORK)/micro-64-freeze.json replicas1000=$(WORK)/micro-1000.json
+
+# The autoscaling suite in the simulator (~15 min): step, burst, diurnal and the Mooncake trace;
+# seed 0 against fixed_max and serve_default, kvserve alone on the other SEEDS.
+bench-sim-autoscaling: install
+	@rm -rf $(WORK)/sim-autoscaling && mkdir -p $(WORK)/sim-autoscaling
+	for s in $(SEEDS); do \
+	  if [ $$s = 0 ]; then a=fixed_max,serve_default,kvserve; else a=kvserve; fi; \
+	  for w in step burst diurnal; do \
+	    $(KV) sim --workload $$w --autoscalers $$a --seed $$s --json $(WORK)/sim-autoscaling/$$w-$$s.json || exit 1; \
+	  done; \
+	  $(KV) sim --trace $(TRACE) --autoscalers $$a --seed $$s --json $(WORK)/sim-autoscaling/trace-$$s.json || exit 1; \
+	done
+	$(COLLECT) $(RESULTS)/sim-autoscaling.json \
+	  $(foreach w,step burst diurnal trace,$(foreach s,$(SEEDS),$(w)=$(WORK)/sim-autoscaling/$(w)-$(s).json))
+	cp $(WORK)/sim-autoscaling/diurnal-0.png $(IMG)/sim-autoscaling-diurnal.png
+
+# Live autoscaling 1 -> 2 -> 1 on CPU (~8 min of load). Needs a running cluster with the autoscaling
+# config: `make serve CONFIG=bench/configs/autoscale-cpu.yaml`.
+bench-live-autoscaling: install
+	$(call need_cluster,make serve CONFIG=bench/configs/autoscale-cpu.yaml)
+	@mkdir -p $(WORK)
+	$(KV) bench --url $(URL) --workload multi-tenant --tenants 4 --system-tokens 500 --question-tokens 30 \
+	  --output-tokens 16 --rate 0.5 --load-shape step:1,6,1 --step-seconds 150 --requests 1200 \
+	  --timeline $(WORK)/live-autoscaling.timeline.json --json $(WORK)/live-autoscaling.json
+	$(COLLECT) $(RESULTS)/live-autoscaling.json bench=$(WORK)/live-autoscaling.json \
+	  timeline=$(WORK)/live-autoscaling.timeline.json
+	cp $(WORK)/live-autoscaling.timeline.png $(IMG)/live-autoscaling.png
+
+# Simulator vs live: the live acceptance runs that `make bench-live-routing SEED=S` left in build/bench
+# (one per seed in FIDELITY_SEEDS), beside the simulator on the same workload, calibrated with a
+# profile measured the same day (`kvserve profile --out FIDELITY_PROFILE`) and the live router's cost
+# slopes (the config defaults `make serve` runs with, not the profile's).
+FIDELITY_SEEDS ?= 0
+FIDELITY_PROFILE ?= $(CPU_PROFILE_1203)
+bench-sim-fidelity: install
+	@mkdir -p $(WORK)/sim-fidelity
+	$(BIN)/python -c "from kvserve.config import RouterConfig as R; r = R(); \
+	  print(f'router:\n  prefill_ms_per_token: {r.prefill_ms_per_token}\n  decode_ms_per_seq: {r.decode_ms_per_seq}')" \
+	  > $(WORK)/sim-fidelity/live-router.yaml
+	for s in $(FIDELITY_SEEDS); do \
+	  test -f $(WORK)/live-routing-seed$$s.json || { echo "no live run of seed $$s: make bench-live-routing SEED=$$s"; exit 1; }; \
+	  $(KV) sim $(ACCEPTANCE) --replicas 2 --seed $$s --profile $(FIDELITY_PROFILE) --kv-blocks 250 \
+	    --policies pow2,ray_prefix,kvserve --config $(WORK)/sim-fidelity/live-router.yaml \
+	    --json $(WORK)/sim-fidelity/sim-$$s.json || exit 1; \
+	done
+	$(COLLECT) $(RESULTS)/sim-fidelity.json $(foreach s,$(FIDELITY_SEEDS),live=$(WORK)/live-routing-seed$(s).json) \
+	  $(foreach s,$(FIDELITY_SEEDS),sim=$(WORK)/sim-fidelity/sim-$(s).json)
+
+# GPU tables (router A/B at GPU scale, overhead vs bare vLLM; issue 29): they run on a GPU machine,
+# and no runner for them is in this repository yet.
+bench-gpu:
+	@echo "bench-gpu: not automated yet; nothing was measured. The GPU tables are run by hand on a GPU machine:"
+	@echo "  1. build and install the offline kit: ../shared/gpu/README.md, steps 1-2"
+	@echo "  2. serve there (step 3), then run kvserve bench for the router A/B -> docs/results/gpu-router-ab.json"
+	@echo "  3. vLLM's own OpenAI server vs kvserve with 1 replica, same engine flags -> docs/results/gpu-overhead.json"
+	@echo "  (result formats: issue 29, items 3 and 4)"
+	@exit 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info

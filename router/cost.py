@@ -35,10 +35,10 @@ scorers, but in one unit -- milliseconds -- so terms add without weights:
 Defaults were picked in `kvserve sim` (2 replicas, 16 Zipf-1.1 tenants,
 1,000-token system prompts; CPU profile at concurrency 8 over 10 seeds, H200
 profile at concurrency 16 and 64) together with the policy's home rules: miss
-3.0 / active 0.25 / home affinity 1.0 / spill bound 2 s gave median hit rates
-0.872 / 0.901 / 0.868 against Ray's PrefixCacheAffinityRouter's 0.882 / 0.904 /
-0.885, at share max/mean 1.15 / 1.07 / 1.15 against its 1.31 / 1.14 / 1.14
-(docs/BENCHMARKS.md, "Router defaults").
+3.0 / active 0.25 / home affinity 1.0 / spill bound 2 s, with the footprint
+charge, give median hit rates 0.878 / 0.910 / 0.868 against Ray's
+PrefixCacheAffinityRouter's 0.882 / 0.910 / 0.884, at share max/mean
+1.19 / 1.13 / 1.20 against its 1.31 (docs/BENCHMARKS.md, "Router defaults").
 
 All functions are pure; parameters come from `RouterConfig`, whose two slopes
 can be filled from a measured `EngineProfile` (`config_from_profile`).

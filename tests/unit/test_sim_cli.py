@@ -16,6 +16,14 @@ from kvserve.perf_model import EngineProfile
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 
 
+def _shared_trace() -> Path:
+    """The shared folder is always laid beside the checkout (CI has it), so its absence fails, never skips."""
+    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
+    if not path.exists():
+        pytest.fail(f"{path.resolve()} is missing: these tests need the project's shared/ folder beside the checkout")
+    return path
+
+
 def _tiny_trace(path: Path) -> Path:
     rows = [
         {"timestamp": 0, "input_length": 1500, "output_length": 5, "hash_ids": [0, 1, 2]},
@@ -85,10 +93,7 @@ def test_autoscaler_json_has_the_agreed_keys(tmp_path: Path) -> None:
 
 
 def test_shared_trace_default_capacity_is_seventy_percent_fill() -> None:
-    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
-    if not path.exists():
-        pytest.skip("../shared not present")
-    wl = load_trace(path)
+    wl = load_trace(_shared_trace())
     assert len(wl.requests) == 3993 and wl.distinct_blocks() == 43924
     kv = default_kv_blocks(wl, 16, EngineProfile.load(PACKAGED_PROFILE))
     assert 0.69 <= wl.distinct_blocks() / (16 * kv) <= 0.70
@@ -96,10 +101,7 @@ def test_shared_trace_default_capacity_is_seventy_percent_fill() -> None:
 
 def test_shared_trace_capacity_at_1000_replicas_is_the_largest_request() -> None:
     """70% fill would give 63 blocks per replica; the largest request needs 374, so the floor applies."""
-    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
-    if not path.exists():
-        pytest.skip("../shared not present")
-    wl = load_trace(path)
+    wl = load_trace(_shared_trace())
     kv = default_kv_blocks(wl, 1000, EngineProfile.load(PACKAGED_PROFILE))
     assert wl.distinct_blocks() / (0.7 * 1000) < 64
     assert kv == wl.max_request_blocks() == 374

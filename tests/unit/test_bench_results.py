@@ -1,0 +1,87 @@
+"""bench.results: one result file per benchmarks table, with per-seed medians computed by hand here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from bench.results import collect, main, over_seeds, rows
+
+
+def _sim(seed: int, kv_p90: float, rr_p90: float | None = None, section: str = "policies") -> dict:
+    run = {section: {"kvserve": {"ttft_p90_ms": kv_p90, "prefix_hit_rate": 0.5 + seed / 10}},
+           "details": {"kvserve": {"ttft_p90_lower_bound_ms": 100.0, "per_minute": [{"minute": 0}], "hindsight": True,
+                                   "itl_p90_ms": float("nan")}},
+           "workload": {"workload": "multi-tenant", "seed": seed, "tenants": 16}}
+    if rr_p90 is not None:
+        run[section]["round_robin"] = {"ttft_p90_ms": rr_p90}
+    return run
+
+
+def test_rows_merge_numeric_details_and_drop_lists_flags_and_nan() -> None:
+    assert rows(_sim(0, 300.0)) == {"kvserve": {"ttft_p90_ms": 300.0, "prefix_hit_rate": 0.5,
+                                                "ttft_p90_lower_bound_ms": 100.0}}
+
+
+def test_rows_of_an_autoscaling_run() -> None:
+    assert set(rows(_sim(0, 1.0, section="autoscalers"))) == {"kvserve"}
+
+
+def test_rows_refuse_a_file_without_policies_or_autoscalers() -> None:
+    with pytest.raises(ValueError, match="policies or autoscalers"):
+        rows({"p50_ms": 0.2})
+
+
+def test_median_min_max_over_the_seeds_that_have_the_row() -> None:
+    # round_robin only ran on seed 0 (a baseline run once): its statistics are that seed's alone.
+    got = over_seeds([_sim(0, 300.0, rr_p90=900.0), _sim(1, 100.0), _sim(2, 200.0)])
+    assert got["median"]["kvserve"]["ttft_p90_ms"] == 200.0
+    assert got["min"]["kvserve"]["ttft_p90_ms"] == 100.0 and got["max"]["kvserve"]["ttft_p90_ms"] == 300.0
+    assert got["median"]["kvserve"]["prefix_hit_rate"] == pytest.approx(0.6)
+    assert got["median"]["round_robin"] == {"ttft_p90_ms": 900.0}
+    assert got["seed_count"] == {"kvserve": 3, "round_robin": 1}
+    assert list(got["seeds"]) == ["0", "1", "2"] and got["workload"] == {"workload": "multi-tenant", "tenants": 16}
+
+
+def test_even_seed_count_takes_the_mean_of_the_middle_two() -> None:
+    got = over_seeds([_sim(s, p90) for s, p90 in enumerate([400.0, 100.0, 300.0, 200.0])])
+    assert got["median"]["kvserve"]["ttft_p90_ms"] == 250.0
+
+
+def test_a_seed_given_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="seed 1 given twice"):
+        over_seeds([_sim(1, 1.0), _sim(1, 2.0)])
+
+
+def test_a_name_given_once_keeps_its_file_as_it_is() -> None:
+    micro = {"replicas": 64, "p50_ms": 0.2, "p99_ms": 0.5}
+    got = collect([("default_gc", micro), ("cpu", _sim(0, 1.0)), ("cpu", _sim(1, 3.0))])
+    assert got["default_gc"] == micro
+    assert got["cpu"]["median"]["kvserve"]["ttft_p90_ms"] == 2.0
+
+
+def test_cli_writes_date_host_versions_note_and_runs(tmp_path: Path) -> None:
+    files = []
+    for s in (0, 1):
+        files.append(tmp_path / f"s{s}.json")
+        files[-1].write_text(json.dumps(_sim(s, 100.0 * (s + 1))))
+    out = tmp_path / "results" / "t.json"
+    app = typer.Typer()
+    app.command()(main)
+    r = CliRunner().invoke(app, [str(out), *(f"cpu={f}" for f in files), "--date", "2026-12-05", "--note", "n"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["date"] == "2026-12-05" and data["note"] == "n"
+    assert data["versions"]["kvserve"] and data["host"]["logical_cpus"] >= 1
+    assert data["runs"]["cpu"]["median"]["kvserve"]["ttft_p90_ms"] == 150.0
+
+
+def test_cli_refuses_an_argument_without_a_name(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(main)
+    r = CliRunner().invoke(app, [str(tmp_path / "t.json"), str(tmp_path / "x.json")])
+    assert r.exit_code != 0 and "NAME=FILE" in r.output
