@@ -24,7 +24,7 @@ from ray import serve
 from deployments.auth import TenantAuth
 from deployments.errors import APIError, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
-from deployments.request_checks import check_choices, check_context, check_messages, describe_validation_errors
+from deployments.request_checks import check_choices, check_context, check_messages
 from kvserve.config import KVServeConfig
 from router.block_hash import chain_hashes
 from router.hot_prefixes import HotPrefixTracker, family_key
