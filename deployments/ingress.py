@@ -14,6 +14,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,8 +22,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from deployments.auth import TenantAuth
-from deployments.errors import APIError, error_response
+from deployments.errors import APIError, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
+from deployments.request_checks import check_choices, check_context, check_messages
 from kvserve.config import KVServeConfig
 from router.block_hash import chain_hashes
 from router.hot_prefixes import HotPrefixTracker, family_key
@@ -33,6 +35,13 @@ REPLICA_HEADER = "x-kvserve-replica"
 TENANT_HEADER = "x-kvserve-tenant"
 
 app = FastAPI(title="kvserve", docs_url=None, redoc_url=None)
+install_error_handlers(app)  # 404/405/422/unhandled: OpenAI's error body too
+
+
+def _content_part_types() -> Collection[str]:
+    from deployments.vllm_compat import get
+
+    return get("MM_PARSER_MAP").keys()
 
 
 @serve.ingress(app)
@@ -98,9 +107,18 @@ class Ingress:
             raise APIError(401, "missing or invalid API key (send `Authorization: Bearer <key>`)")
         return tenant
 
-    def _check_limits(self, data: dict) -> None:
-        if data.get("model") != self.cfg.model.name:
-            raise APIError(404, f"model {data.get('model')!r} does not exist; this server serves {self.cfg.model.name!r}", "model")
+    def _check_model(self, data: dict, required: bool = True) -> None:
+        model = data.get("model")
+        if model is None and not required:
+            return
+        if model is None:
+            raise APIError(400, "Missing required parameter: 'model'.", "model", "missing_required_parameter")
+        if model != self.cfg.model.name:
+            raise APIError(404, f"The model {model!r} does not exist; this server serves {self.cfg.model.name!r}.",
+                           "model", "model_not_found")
+
+    def _check_limits(self, kind: str, data: dict) -> None:
+        self._check_model(data)
         for key in ("max_tokens", "max_completion_tokens"):
             val = data.get(key)
             if val is None:
@@ -109,30 +127,23 @@ class Ingress:
                 raise APIError(400, f"{key} must be a positive integer, got {val!r}", key)
             if val > self.cfg.server.max_tokens_limit:
                 raise APIError(400, f"{key}={val} exceeds this server's limit of {self.cfg.server.max_tokens_limit}", key)
-        n = data.get("n", 1)
-        if n is not None and n != 1:
-            raise APIError(400, "only n=1 is supported", "n")
+        check_choices(data.get("n"), self.cfg.server.max_n)
+        if kind == "chat":
+            check_messages(data.get("messages"), _content_part_types())
 
     async def _render(self, kind: str, data: dict, tenant: str) -> ChatWork | CompletionWork:
-        from pydantic import ValidationError
-
-        from deployments.vllm_compat import client_errors, get
+        from deployments.vllm_compat import get, validate_token_ids
 
         renderer = await self.renderer()
         model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
-        try:
+        with vllm_errors_as_api_errors():
             req = model_cls.model_validate(data)
             # Sampling-parameter validation (temperature, top_p, ...) without touching an engine.
             req.to_sampling_params(req.max_tokens or 16, {})
+            # Renders, and lets the tool/reasoning parser adjust `req` (e.g. a tool-call grammar).
             result = await (renderer.render_chat(req) if kind == "chat" else renderer.render_completion(req))
-        except ValidationError as e:
-            first = e.errors()[0]
-            raise APIError(400, f"invalid request: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-        except (ValueError, TypeError, *client_errors()) as e:  # bad sampling params, prompt too long, ...
-            raise APIError(400, str(e), getattr(e, "parameter", None)) from None
         if type(result).__name__ == "ErrorResponse":
-            body = json.loads(result.model_dump_json())["error"]
-            raise APIError(400, body.get("message", "invalid request"))
+            raise from_vllm(result)
         if kind == "chat":
             conversation, engine_inputs = result
         else:
@@ -140,11 +151,19 @@ class Ingress:
         if len(engine_inputs) != 1:
             raise APIError(400, "exactly one prompt per request is supported", "prompt")
         tokens = engine_inputs[0].get("prompt_token_ids") or []
+        prompt_param = "messages" if kind == "chat" else "prompt"
+        if not tokens:
+            raise APIError(400, "The prompt is empty: it must contain at least one token.", prompt_param)
+        with vllm_errors_as_api_errors():  # vLLM's own out-of-vocabulary check, before any engine sees them
+            validate_token_ids(renderer, tokens, prompt_param)
+        completion_tokens = (req.max_completion_tokens or req.max_tokens) if kind == "chat" else req.max_tokens
+        check_context(len(tokens), completion_tokens, self.cfg.model.max_model_len, prompt_param)
         hashes = chain_hashes(tokens, self.cfg.engine.block_size)
         self._note_hot(tenant, hashes, tokens)
         rid = f"{kind}-{uuid.uuid4().hex[:16]}"
-        common = dict(request_id=rid, body=data, engine_inputs=list(engine_inputs), block_hashes=hashes,
-                      num_prompt_tokens=len(tokens), tenant=tenant, submitted_at=time.time())
+        common = dict(request_id=rid, body=data, request=req, engine_inputs=list(engine_inputs), block_hashes=hashes,
+                      num_prompt_tokens=len(tokens), tenant=tenant, submitted_at=time.time(),
+                      expected_output_tokens=(completion_tokens or 0) * (req.n or 1))
         if kind == "chat":
             return ChatWork(conversation=list(conversation), messages=data.get("messages", []), **common)
         return CompletionWork(prompt=data.get("prompt", ""), **common)
@@ -177,7 +196,7 @@ class Ingress:
         try:
             tenant = self._tenant(request)
             data = await self._read_json(request)
-            self._check_limits(data)
+            self._check_limits(kind, data)
             work = await self._render(kind, data, tenant)
         except APIError as e:
             self.metrics.request_done(tenant, kind, e.status, time.monotonic() - start)
@@ -211,7 +230,7 @@ class Ingress:
             self.metrics.request_done(tenant, kind, 500, time.monotonic() - start)
             return error_response(500, f"internal error: {type(e).__name__}")
         headers = {REPLICA_HEADER: meta["replica_id"], TENANT_HEADER: tenant}
-        if kind_item == ERROR:
+        if kind_item == ERROR:  # the replica's error, already in OpenAI's shape
             status, body = payload
             self.metrics.request_done(tenant, kind, status, time.monotonic() - start)
             return JSONResponse(body, status_code=status, headers=headers)
@@ -236,6 +255,37 @@ class Ingress:
                 metrics.request_done(tenant, kind, 200 if ok else 499, time.monotonic() - start)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    async def tokenization(self, op: str, request: Request):
+        """/tokenize and /detokenize: vLLM's own protocol models and ServingTokenization, on the
+        tokenizer and chat template the ingress already holds (no replica involved)."""
+        from deployments.vllm_compat import get, validate_token_ids
+
+        DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest = (
+            get(n) for n in ("DetokenizeRequest", "TokenizeChatRequest", "TokenizeCompletionRequest"))
+
+        try:
+            self._tenant(request)
+            data = await self._read_json(request)
+            self._check_model(data, required=False)
+            serving = self._state.serving_tokenization
+            if op == "detokenize":
+                with vllm_errors_as_api_errors():
+                    req = DetokenizeRequest.model_validate(data)
+                    validate_token_ids(serving, req.tokens, "tokens")
+                    result = await serving.create_detokenize(req, request)
+            else:
+                if "messages" in data:
+                    check_messages(data["messages"], _content_part_types())
+                model_cls = TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest
+                with vllm_errors_as_api_errors():
+                    req = model_cls.model_validate(data)
+                    result = await serving.create_tokenize(req, request)
+            if type(result).__name__ == "ErrorResponse":
+                raise from_vllm(result)
+        except APIError as e:
+            return e.response()
+        return JSONResponse(result.model_dump(mode="json"))
 
     # -- cluster views ----------------------------------------------------------------------------
 
@@ -278,6 +328,14 @@ class Ingress:
     async def completions(self, request: Request):
         return await self.serve_openai("completion", request)
 
+    @app.post("/tokenize")
+    async def tokenize(self, request: Request):
+        return await self.tokenization("tokenize", request)
+
+    @app.post("/detokenize")
+    async def detokenize(self, request: Request):
+        return await self.tokenization("detokenize", request)
+
     @app.get("/v1/models")
     async def models(self, request: Request):
         if self.auth.tenant_for(request.headers.get("authorization")) is None:
@@ -308,7 +366,7 @@ class Ingress:
             tenant = self._tenant(request)
             data = await self._read_json(request)
             kind = "chat" if "messages" in data else "completion"
-            self._check_limits(data)
+            self._check_limits(kind, data)
             work = await self._render(kind, data, tenant)
         except APIError as e:
             return e.response()

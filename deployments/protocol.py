@@ -14,15 +14,20 @@ from typing import Any
 @dataclass
 class _Work:
     request_id: str
-    body: dict[str, Any]  # the validated OpenAI request body
+    body: dict[str, Any]  # the OpenAI request body as sent
     engine_inputs: list[dict[str, Any]]  # vLLM's rendered prompts (token ids included)
     block_hashes: list[int]  # chained hashes of the prompt's full KV blocks
     num_prompt_tokens: int
+    # vLLM's request model, validated and adjusted by the renderer (a tool parser may have added a
+    # grammar): the replica serves this one. None: the replica validates `body` itself.
+    request: Any = None
     tenant: str = "default"
     extra: dict[str, Any] = field(default_factory=dict)
     # Wall-clock time the ingress handed it to the router (0: unknown). A replica subtracts it
     # from its own clock to learn how long the request waited for room on some replica.
     submitted_at: float = 0.0
+    # Tokens the request may generate: max_tokens x n (0: unbounded), for the router's KV accounting.
+    expected_output_tokens: int = 0
 
 
 @dataclass

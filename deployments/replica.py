@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from kvserve.config import KVServeConfig
+from deployments.errors import APIError, from_vllm, sse_error, vllm_exception
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
 
 log = logging.getLogger("kvserve.replica")
@@ -29,13 +30,8 @@ _PRERENDERED: contextvars.ContextVar[Any] = contextvars.ContextVar("kvserve_prer
 _SERVING: contextvars.ContextVar[str | None] = contextvars.ContextVar("kvserve_serving", default=None)
 
 
-def _error_payload(err: Any) -> tuple[int, dict]:
-    """vLLM ErrorResponse -> (status, OpenAI error body)."""
-    body = json.loads(err.model_dump_json()) if hasattr(err, "model_dump_json") else {"error": {"message": str(err)}}
-    inner = body.get("error", body)
-    status = int(inner.get("code") or 500) if str(inner.get("code", "")).isdigit() else 500
-    return status, {"error": {"message": inner.get("message", ""), "type": inner.get("type", "error"),
-                              "param": inner.get("param"), "code": status}}
+def _payload(err: APIError) -> tuple[int, dict]:
+    return err.status, err.body()
 
 
 class LLMReplica:
@@ -141,6 +137,8 @@ class LLMReplica:
             if pre is None:
                 return await original(request)
             err = await serving._check_model(request)
+            if err is None:
+                serving._preflight(request.n or 1)  # engine alive, admission: as vLLM's own render step
             return err if err is not None else pre
 
         setattr(serving, method, render)
@@ -268,22 +266,38 @@ class LLMReplica:
             self.backlog.done(work.request_id)  # errors and aborts too, not just the first output
             await served.aclose()  # a caller that went away aborts the engine request now, not at GC
 
-    async def _serve(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
+    async def _create(self, work: ChatWork | CompletionWork) -> Any:
+        """vLLM's serving layer on the request the ingress validated and rendered."""
         from deployments.vllm_compat import get
 
         if isinstance(work, ChatWork):
-            request = get("ChatCompletionRequest").model_validate(work.body)
+            request = work.request or get("ChatCompletionRequest").model_validate(work.body)
             _PRERENDERED.set((work.conversation, work.engine_inputs))
-            result = await self.chat.create_chat_completion(request, None)
-        else:
-            request = get("CompletionRequest").model_validate(work.body)
-            _PRERENDERED.set(work.engine_inputs)
-            result = await self.completion.create_completion(request, None)
+            return await self.chat.create_chat_completion(request, None)
+        request = work.request or get("CompletionRequest").model_validate(work.body)
+        _PRERENDERED.set(work.engine_inputs)
+        return await self.completion.create_completion(request, None)
+
+    async def _serve(self, work: ChatWork | CompletionWork) -> AsyncIterator[tuple[str, Any]]:
+        try:
+            result = await self._create(work)
+        except Exception as e:  # vLLM raises (not returns) what the engine's input checks refuse
+            yield ERROR, _payload(vllm_exception(e))
+            return
         if hasattr(result, "__aiter__"):
             finished = False
+            first = True
             try:
                 async for chunk in result:
-                    yield SSE, chunk
+                    err = sse_error(chunk)
+                    if err is not None and first:
+                        # Failed before any output: no status sent yet, so the caller gets a real one.
+                        finished = True
+                        await result.aclose()
+                        yield ERROR, _payload(err)
+                        return
+                    first = False
+                    yield SSE, chunk if err is None else f"data: {json.dumps(err.body())}\n\n"
                 finished = True
             finally:
                 if not finished:
@@ -291,7 +305,7 @@ class LLMReplica:
                     self.aborted += 1
                     await result.aclose()
         elif type(result).__name__ == "ErrorResponse":
-            yield ERROR, _error_payload(result)
+            yield ERROR, _payload(from_vllm(result))
         else:
             yield BODY, json.loads(result.model_dump_json(exclude_none=False))
 

@@ -11,11 +11,15 @@ import json
 import logging
 import os
 from argparse import Namespace
+from pathlib import Path
 
+import kvserve
 from kvserve.config import EngineConfig, KVServeConfig
 from kvserve.model import resolve_model_path
 
 log = logging.getLogger("kvserve.vllm_args")
+TEMPLATES_DIR = Path(kvserve.__file__).resolve().parent / "templates"  # chat templates shipped with kvserve
+
 
 
 def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
@@ -49,6 +53,14 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
     if e.kv_cache_tokens:
         blocks = max(e.kv_cache_tokens // e.block_size, 1)
         args += ["--num-gpu-blocks-override", str(blocks)]
+    if e.chat_template:
+        args += ["--chat-template", resolve_chat_template(e.chat_template)]
+    if e.tool_call_parser:
+        args += ["--tool-call-parser", e.tool_call_parser]
+    if e.enable_auto_tool_choice:
+        args.append("--enable-auto-tool-choice")
+    if e.reasoning_parser:
+        args += ["--reasoning-parser", e.reasoning_parser]
     if kv_events_endpoint:
         kv = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events_endpoint}
         args += ["--kv-events-config", json.dumps(kv)]
@@ -108,6 +120,12 @@ def share_kv_cache_bytes(cfg: KVServeConfig, device_memory_bytes: int | None) ->
     budget = replica_kv_budget(cfg, device_memory_bytes, model_dir)
     log.info("KV cache from the GPU share: %s", budget.describe())
     return budget.kv_bytes
+
+
+def resolve_chat_template(value: str) -> str:
+    """A template shipped with kvserve by name (`chatml-tools`), else the file or inline template as given."""
+    shipped = TEMPLATES_DIR / f"{value}.jinja"
+    return str(shipped) if "/" not in value and shipped.is_file() else value
 
 
 def engine_env(cfg: KVServeConfig) -> dict[str, str]:

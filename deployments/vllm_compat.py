@@ -13,6 +13,8 @@ whichever layout they have, by the same detection):
   init_render_app_state    0.32+ entrypoints.launchers.render.app_state, sets state.online_renderer;
                            0.24 entrypoints.openai.api_server, sets state.openai_serving_render
   unfinished requests      AsyncLLM.get_num_unfinished_requests() in 0.32+; 0.24 has it on engine.output_processor
+  create_error_response    0.32+ entrypoints.serve.exception_handling.error_response; 0.24 entrypoints.serve.utils.error_response
+  MM_PARSER_MAP            0.32+ renderers.chat_utils; 0.24 entrypoints.chat_utils
   client errors            0.32+ VLLMClientError (base of VLLMValidationError, VLLMNotFoundError, ...);
                            0.24 VLLMValidationError (a ValueError) and VLLMNotFoundError (an Exception)
 The rest (AsyncEngineArgs, AsyncLLM, SamplingParams, FlexibleArgumentParser, the OpenAI protocol
@@ -41,6 +43,17 @@ _CANDIDATES: dict[str, tuple[tuple[str, str], ...]] = {
         ("vllm.entrypoints.launchers.render.app_state", "init_render_app_state"),
         ("vllm.entrypoints.openai.api_server", "init_render_app_state"),
     ),
+    "create_error_response": (
+        ("vllm.entrypoints.serve.exception_handling.error_response", "create_error_response"),
+        ("vllm.entrypoints.serve.utils.error_response", "create_error_response"),
+    ),
+    "MM_PARSER_MAP": (
+        ("vllm.renderers.chat_utils", "MM_PARSER_MAP"),
+        ("vllm.entrypoints.chat_utils", "MM_PARSER_MAP"),
+    ),
+    "TokenizeCompletionRequest": (("vllm.entrypoints.serve.tokenize.protocol", "TokenizeCompletionRequest"),),
+    "TokenizeChatRequest": (("vllm.entrypoints.serve.tokenize.protocol", "TokenizeChatRequest"),),
+    "DetokenizeRequest": (("vllm.entrypoints.serve.tokenize.protocol", "DetokenizeRequest"),),
     "FlexibleArgumentParser": (("vllm.utils.argparse_utils", "FlexibleArgumentParser"),),
     "AsyncEngineArgs": (("vllm.engine.arg_utils", "AsyncEngineArgs"),),
     "AsyncLLM": (("vllm.v1.engine.async_llm", "AsyncLLM"),),
@@ -128,3 +141,11 @@ def device_total_memory() -> int:
         import torch
 
         return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def validate_token_ids(serving: Any, token_ids: list[int], parameter: str | None) -> None:
+    """vLLM's out-of-vocabulary check on a serving object's renderer, where it has one (0.32+). On 0.24
+    the engine makes the same check at admission; the replica answers its error as a 400 then."""
+    check = getattr(getattr(serving, "renderer", None), "validate_token_ids", None)
+    if check is not None:
+        check(token_ids, parameter=parameter)

@@ -98,6 +98,20 @@ class EngineConfig(_Section):
         0.0, ge=0, description="Ray GPUs reserved per replica (GPU device; 0 = tensor_parallel_size). A fraction "
         "shares one GPU between replicas: each sizes its KV cache to its share."
     )
+    chat_template: str | None = Field(
+        None, description="Chat template: a Jinja file, an inline template, or `chatml-tools` (shipped with kvserve: "
+        "the embedded model's ChatML template plus tools and tool calls in the Hermes format). None: the model's own."
+    )
+    tool_call_parser: str | None = Field(
+        None, description="vLLM's tool-call parser (e.g. `hermes`, `llama3_json`, `mistral`): needed for `tools` with "
+        "`tool_choice` `required` or a named function (vLLM constrains the output to the tool's schema)."
+    )
+    enable_auto_tool_choice: bool = Field(
+        False, description="Let the model decide to call tools (`tool_choice: auto`); needs `tool_call_parser`."
+    )
+    reasoning_parser: str | None = Field(
+        None, description="vLLM's reasoning parser (e.g. `deepseek_r1`, `qwen3`): reasoning goes to `reasoning_content`."
+    )
     extra_args: dict[str, Any] = Field(default_factory=dict, description="Passed through to vLLM AsyncEngineArgs.")
 
     @model_validator(mode="after")
@@ -109,6 +123,8 @@ class EngineConfig(_Section):
                 self.__dict__[name] = value
         if self.device == "cpu" and self.block_size % 32:
             raise ValueError("on CPU, block_size must be a multiple of 32 (vLLM's CPU attention kernel)")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("enable_auto_tool_choice needs tool_call_parser (e.g. `hermes`)")
         return self
 
     @property
@@ -285,6 +301,7 @@ class ServerConfig(_Section):
     )
     request_timeout_s: float = Field(600.0, gt=0)
     max_tokens_limit: int = Field(4096, ge=1, description="Requests asking for more tokens than this get 400.")
+    max_n: int = Field(16, ge=1, description="Most choices (`n`) one request may ask for; more get 400.")
 
 
 class KVServeConfig(_Section):

@@ -79,7 +79,7 @@ class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             block_hashes=hashes,
             num_prompt_tokens=getattr(work, "num_prompt_tokens", 0),
             tenant=getattr(work, "tenant", "default"),
-            expected_output_tokens=int((getattr(work, "body", None) or {}).get("max_tokens") or 0),
+            expected_output_tokens=int(getattr(work, "expected_output_tokens", 0) or 0),
         )
 
     def _load(self, r: RunningReplica, stats: dict | None) -> ReplicaLoad:

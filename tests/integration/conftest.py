@@ -43,7 +43,9 @@ def test_config(port: int) -> KVServeConfig:
 
     return load_config(overrides={
         "num_replicas": 2,
-        "engine": {"max_num_seqs": 16},
+        # Tool calling as a deployment would enable it (tests/integration/test_openai_fidelity.py).
+        "engine": {"max_num_seqs": 16, "tool_call_parser": "hermes", "enable_auto_tool_choice": True,
+                   "chat_template": "chatml-tools"},
         # Small queues so the overload test can fill them with a few dozen requests.
         "server": {"port": port, "max_body_bytes": 262_144, "max_ongoing_requests": 4, "max_queued_requests": 4},
         "router": {"policy": "kvserve"},

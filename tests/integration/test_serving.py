@@ -95,7 +95,8 @@ def test_status_reports_each_replica(cluster):
 def _assert_error(resp: httpx.Response, status: int, needle: str = "") -> dict:
     assert resp.status_code == status, resp.text
     body = resp.json()["error"]
-    assert body["code"] == status and body["message"] and body["type"]
+    assert body["message"] and body["type"] in {"invalid_request_error", "rate_limit_error", "server_error"}
+    assert body["code"] is None or isinstance(body["code"], str)
     assert needle.lower() in body["message"].lower()
     return body
 
@@ -221,5 +222,5 @@ def test_overload_gets_503_not_a_hang(cluster):
     assert max(refused) < wait_bound + 10, refused
     for code, _, r in results:
         if code == 503:
-            assert r.headers.get("retry-after") and r.json()["error"]["code"] == 503
+            assert r.headers.get("retry-after") and r.json()["error"]["type"] == "server_error"
     _ok_request(cluster)
