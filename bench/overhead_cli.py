@@ -212,6 +212,7 @@ def _server(target: str, cfg, port: int, url: str, log: Path, start_timeout: flo
                        env={**QUIET_ENV, **bare_vllm_env(cfg)}, ready_url=f"{url}/v1/models", log=log,
                        timeout_s=start_timeout)
     conf = log.with_suffix(".config.json")  # beside its log: the record of what ran
+    conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(json.dumps(one_replica_config(cfg, port)))
     # SIGINT: `kvserve serve` then shuts Serve and the Ray it started down itself.
     return running(kvserve_command(str(conf)), env=QUIET_ENV, ready_url=f"{url}/ready", log=log,

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU tables of docs/BENCHMARKS.md, run on a GPU machine where the kit is installed
+# (../shared/gpu/README.md: vLLM 0.24 + Ray 2.60 unpacked in /tmp/site, the 8B shape in /tmp/model8b).
+#   bash bench/gpu_tables.sh overhead OUT    kvserve (1 replica) vs vLLM's own server -> OUT/gpu-overhead.json
+#   bash bench/gpu_tables.sh router-ab OUT   4 replicas on one GPU, routers A/B     -> OUT/gpu-router-ab.json
+# Each writes its JSON as it goes, so a run cut short keeps what it measured.
+set -uo pipefail
+what=${1:?overhead or router-ab}
+out=${2:?output folder}
+mkdir -p "$out"
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0
+py=python3
+
+case "$what" in
+overhead)
+  $py -m kvserve.cli bench-overhead --config bench/configs/gpu-8b-1replica.yaml --concurrency "${LEVELS:-1,32,128}" \
+    --out "$out/gpu-overhead.json" --logs /tmp/overhead-logs
+  rc=$?
+  tar -czf "$out/overhead-logs.tgz" -C /tmp overhead-logs 2>/dev/null
+  exit $rc
+  ;;
+router-ab)
+  cfg=bench/configs/gpu-8b-4replicas.yaml
+  setsid $py -m kvserve.cli serve --config $cfg > /tmp/serve.log 2>&1 < /dev/null &
+  pid=$!
+  # The bench waits for every replica itself (/ready); it redeploys each policy on cold engines.
+  $py -m kvserve.cli bench --config $cfg --workload multi-tenant --tenants 32 --tenant-skew zipf:1.1 \
+    --system-tokens 2000 --question-tokens 50 --output-tokens 64 --concurrency 64 --requests "${REQUESTS:-600}" \
+    --policies "${POLICIES:-pow2,ray_prefix,kvserve}" --ready-timeout 300 --timeout 300 \
+    --json "$out/gpu-router-ab.json" --requests-jsonl /tmp/router-ab.requests.jsonl
+  rc=$?
+  kill -INT -- -$pid 2>/dev/null; sleep 10; /tmp/site/bin/ray stop --force > /dev/null 2>&1
+  gzip -c /tmp/router-ab.requests.jsonl > "$out/router-ab.requests.jsonl.gz" 2>/dev/null
+  tail -200 /tmp/serve.log > "$out/router-ab.serve.log"
+  exit $rc
+  ;;
+*)
+  echo "usage: $0 overhead|router-ab OUT" >&2
+  exit 2
+  ;;
+esac
