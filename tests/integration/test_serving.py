@@ -78,7 +78,35 @@ def test_health_ready_metrics(cluster):
     assert ready.status_code == 200 and ready.json()["running_replicas"] == 2
     metrics = httpx.get(cluster.url + "/metrics").text
     assert 'kvserve_requests_total{kind="chat",status="200",tenant="tenant-a"}' in metrics
-    assert "kvserve_engine_prefix_cache_queries" in metrics
+    assert "# TYPE kvserve_engine_prefix_cache_queries counter" in metrics
+    assert "kvserve_engine_prefix_cache_queries_total{" in metrics
+    assert 'kvserve_request_seconds_count{kind="chat",tenant="tenant-a"}' in metrics
+
+
+def _ingress_log() -> str:
+    """Every Ingress replica's Serve log on this node (an earlier test may have restarted it)."""
+    import ray
+    from ray.util.state import get_log, list_logs
+
+    node = ray.get_runtime_context().get_node_id()
+    files = [f for fs in list_logs(node_id=node, glob_filter="*replica_*Ingress*").values() for f in fs]
+    return "".join("".join(get_log(node_id=node, filename=f, tail=-1)) for f in files if f.endswith(".log"))
+
+
+def test_the_ingress_logs_one_access_line_without_prompt_text(cluster):
+    marker = f"confidential-{time.time_ns()}"
+    line = "tenant=tenant-b kind=completion status=200"
+    before = _ingress_log().count(line)
+    r = cluster.openai("tenant-b").completions.create(model=MODEL, prompt=f"Remember {marker}. The capital of France is",
+                                                     max_tokens=4, temperature=0)
+    assert r.usage.completion_tokens == 4
+    deadline = time.monotonic() + 30  # the log file is written asynchronously to the request
+    while (log := _ingress_log()).count(line) == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert log.count(line) == before + 1
+    mine = [entry for entry in log.splitlines() if line in entry][-1]
+    assert "completion_tokens=4" in mine and "latency_ms=" in mine
+    assert marker not in log
 
 
 def test_status_reports_each_replica(cluster):
