@@ -14,15 +14,31 @@ ACCESS_LOGGER = "kvserve.access"
 SERVE_LOGGER = "ray.serve"  # Serve's documented logger for a deployment's own lines
 
 
+class _ToServeLog(logging.Handler):
+    """Hands records to Serve's logger, whatever handlers it has now (a reconfigure replaces them)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(SERVE_LOGGER).handle(record)
+
+
+def _in_serve_replica() -> bool:
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        serve.get_replica_context()
+    except RayServeException:
+        return False
+    return True
+
+
 def access_logger() -> logging.Logger:
     """`kvserve.access` at INFO. Inside a Serve replica it writes where Serve writes that replica's
     lines (its rotating log file, and stderr); elsewhere Python's logging decides."""
     log = logging.getLogger(ACCESS_LOGGER)
     log.setLevel(logging.INFO)
-    serve_handlers = logging.getLogger(SERVE_LOGGER).handlers
-    if serve_handlers and not log.handlers:
-        for handler in serve_handlers:
-            log.addHandler(handler)
+    if _in_serve_replica() and not log.handlers:
+        log.addHandler(_ToServeLog())
         log.propagate = False
     return log
 

@@ -78,7 +78,7 @@ def test_health_ready_metrics(cluster):
     assert ready.status_code == 200 and ready.json()["running_replicas"] == 2
     metrics = httpx.get(cluster.url + "/metrics").text
     assert 'kvserve_requests_total{kind="chat",status="200",tenant="tenant-a"}' in metrics
-    assert "# TYPE kvserve_engine_prefix_cache_queries counter" in metrics
+    assert "# TYPE kvserve_engine_prefix_cache_queries_total counter" in metrics
     assert "kvserve_engine_prefix_cache_queries_total{" in metrics
     assert 'kvserve_request_seconds_count{kind="chat",tenant="tenant-a"}' in metrics
 
@@ -89,8 +89,9 @@ def _ingress_log() -> str:
     from ray.util.state import get_log, list_logs
 
     node = ray.get_runtime_context().get_node_id()
-    files = [f for fs in list_logs(node_id=node, glob_filter="*replica_*Ingress*").values() for f in fs]
-    return "".join("".join(get_log(node_id=node, filename=f, tail=-1)) for f in files if f.endswith(".log"))
+    files = [f for fs in list_logs(node_id=node, glob_filter="serve/replica_*Ingress*.log").values() for f in fs]
+    assert files, "no Ingress replica log found"
+    return "".join("".join(get_log(node_id=node, filename=f, tail=-1)) for f in files)
 
 
 def test_the_ingress_logs_one_access_line_without_prompt_text(cluster):
@@ -103,7 +104,7 @@ def test_the_ingress_logs_one_access_line_without_prompt_text(cluster):
     deadline = time.monotonic() + 30  # the log file is written asynchronously to the request
     while (log := _ingress_log()).count(line) == before and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert log.count(line) == before + 1
+    assert log.count(line) == before + 1, log[-3000:]
     mine = [entry for entry in log.splitlines() if line in entry][-1]
     assert "completion_tokens=4" in mine and "latency_ms=" in mine
     assert marker not in log

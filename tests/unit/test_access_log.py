@@ -143,3 +143,30 @@ def test_vllm_request_logging_is_off_unless_prompts_are_logged():
 def test_vllm_request_logging_cannot_come_in_through_extra_args(flag):
     with pytest.raises(ConfigError, match="logging.prompts"):
         load_config(overrides={"engine": {"extra_args": {flag: True}}}, environ={})
+
+
+def test_inside_a_serve_replica_lines_go_to_serves_current_handlers(monkeypatch):
+    """Serve replaces its logger's handlers when a deployment is reconfigured: follow them."""
+    from deployments.access_log import SERVE_LOGGER
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    import deployments.access_log
+
+    serve_log, access = logging.getLogger(SERVE_LOGGER), logging.getLogger(ACCESS_LOGGER)
+    first, second = Keep(), Keep()
+    monkeypatch.setattr(deployments.access_log, "_in_serve_replica", lambda: True)
+    monkeypatch.setattr(serve_log, "handlers", [first])
+    monkeypatch.setattr(access, "handlers", [])
+    monkeypatch.setattr(access, "propagate", True)
+    log = AccessLog()
+    log.request_done("acme", "chat", 200, 0.1, work=_work())
+    serve_log.handlers = [second]
+    log.request_done("acme", "chat", 201, 0.1, work=_work())
+    assert ["status=200" in x for x in first.lines] == [True] and ["status=201" in x for x in second.lines] == [True]
