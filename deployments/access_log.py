@@ -34,7 +34,7 @@ def _in_serve_replica() -> bool:
 
 def access_logger() -> logging.Logger:
     """`kvserve.access` at INFO. Inside a Serve replica it writes where Serve writes that replica's
-    lines (its rotating log file, and stderr); elsewhere Python's logging decides."""
+    own lines (with Serve's request id; stderr by default); elsewhere Python's logging decides."""
     log = logging.getLogger(ACCESS_LOGGER)
     log.setLevel(logging.INFO)
     if _in_serve_replica() and not log.handlers:
