@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from kvserve import __version__
-from kvserve.config import DEFAULT_MODEL, KVServeConfig, load_config
+from kvserve.config import DEFAULT_MODEL, ConfigError, KVServeConfig, load_config, require_servable
 from kvserve.helm_values import worker_bounds
 
 CLUSTER_DIR = Path(__file__).resolve().parent
@@ -76,6 +76,10 @@ class Target:
     notes: tuple[str, ...] = ()
 
 
+# API keys (sha256 hashes) from ./api-keys.yaml where `ray up` runs, synced to every node.
+_KEYS_FILE = "/home/ubuntu/kvserve/api-keys.yaml"
+_KEYS_MOUNT = {_KEYS_FILE: "./api-keys.yaml"}
+
 # A one-GPU-per-replica 8B-class deployment with API keys from a file synced to every node.
 _GPU_KVSERVE: dict[str, Any] = {
     "model": {"source": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 16384},
@@ -90,10 +94,9 @@ _GPU_KVSERVE: dict[str, Any] = {
     "num_replicas": 2,
     "autoscaling": {"enabled": True, "min_replicas": 1, "max_replicas": 4},
     "slo": {"ttft_p90_ms": 1000, "itl_p90_ms": 100},
-    "tenants": {"keys_file": "/home/ubuntu/kvserve/api-keys.yaml"},
+    "tenants": {"keys_file": _KEYS_FILE},
     "server": {"host": "0.0.0.0", "port": 8000},
 }
-_KEYS_MOUNT = {"/home/ubuntu/kvserve/api-keys.yaml": "./api-keys.yaml"}
 _AWS_DISK = {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 200}}
 _GCP_DISK = {
     "boot": True,
@@ -151,15 +154,15 @@ TARGETS: dict[str, Target] = {
             "model": {"source": DEFAULT_MODEL},
             "engine": {"device": "cpu", "dtype": "float32", "cpus_per_replica": 1.0},
             "num_replicas": 2,
-            "tenants": {"open_mode": True},
+            "tenants": {"keys_file": _KEYS_FILE},
             "server": {"host": "0.0.0.0", "port": 8000},
         },
         provider={"type": "local", "head_ip": "10.0.0.10", "worker_ips": ["10.0.0.11", "10.0.0.12"]},
         ssh_user="ubuntu",
         extra="cpu",
         notes=(
-            "Set provider.head_ip/worker_ips and auth; open_mode serves without API keys: use a",
-            "tenants section (keys_file) before exposing port 8000 beyond a trusted network.",
+            "Set provider.head_ip/worker_ips and auth. API keys: ./api-keys.yaml beside you when you run",
+            "ray up, a list of {tenant, key_sha256} (`kvserve config hash-key`); ray up copies it to every node.",
         ),
     ),
 }
@@ -203,7 +206,7 @@ def render(
     file_mounts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The `ray up` config dict for `target` serving `cfg` (default: the target's own config)."""
-    cfg = cfg or KVServeConfig.model_validate(target.kvserve)
+    cfg = require_servable(cfg or KVServeConfig.model_validate(target.kvserve))
     lo, hi = worker_bounds(cfg, target.gpus_per_worker)
     provider = provider or target.provider
     local = provider["type"] == "local"
@@ -285,8 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="fail if a committed file is out of date")
     args = ap.parse_args(argv)
     if args.target:
-        cfg = load_config(args.config, environ={}) if args.config else None
-        sys.stdout.write(render_text(TARGETS[args.target], cfg))
+        try:
+            cfg = load_config(args.config, environ={}) if args.config else None
+            text = render_text(TARGETS[args.target], cfg)
+        except ConfigError as e:
+            print(e, file=sys.stderr)
+            return 2
+        sys.stdout.write(text)
         return 0
     stale = []
     for name, target in TARGETS.items():

@@ -17,7 +17,7 @@ from typing import Any
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
-from kvserve.config import KVServeConfig
+from kvserve.config import KVServeConfig, require_servable
 from kvserve.serve_config import ingress_limits
 
 LIVE_ROUTERS = {
@@ -101,6 +101,7 @@ def build_app(args: dict) -> serve.Application:
 
     raw = args.get("config", args)
     cfg = raw if isinstance(raw, KVServeConfig) else KVServeConfig.model_validate(raw)
+    require_servable(cfg)  # every path ends here (Helm's serveConfigV2 too): no keyless server by accident
     config = cfg.model_dump(mode="json")
     # Both deployments get the config without the replica count, so resizing is a lightweight
     # scale: it restarts neither the engines that keep serving nor the ingress, whose restart

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
+from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
 from deployments.errors import APIError, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
@@ -55,6 +56,7 @@ class Ingress:
         self.llm = llm_handle
         self.auth = TenantAuth(self.cfg.tenants)
         self.metrics = IngressMetrics()
+        self.access = AccessLog(prompts=self.cfg.logging.prompts)
         self._renderer = None
         self._board = None
         self.hot = HotPrefixTracker(self.cfg.engine.block_size)
@@ -190,16 +192,24 @@ class Ingress:
             except Exception:
                 log.exception("posting hot prefixes failed")
 
+    def _finished(self, tenant: str, kind: str, status: int, start: float, usage: dict | None = None, *,
+                  work: ChatWork | CompletionWork | None = None, body: dict | None = None,
+                  replica: str | None = None) -> None:
+        """A request is answered: count it (metrics) and write its access line."""
+        seconds = time.monotonic() - start
+        self.metrics.request_done(tenant, kind, status, seconds, usage)
+        self.access.request_done(tenant, kind, status, seconds, work=work, body=body, replica=replica, usage=usage)
+
     async def serve_openai(self, kind: str, request: Request):
         start = time.monotonic()
-        tenant = "unknown"
+        tenant, data = "unknown", None
         try:
             tenant = self._tenant(request)
             data = await self._read_json(request)
             self._check_limits(kind, data)
             work = await self._render(kind, data, tenant)
         except APIError as e:
-            self.metrics.request_done(tenant, kind, e.status, time.monotonic() - start)
+            self._finished(tenant, kind, e.status, start, body=data)
             return e.response()
         return await self._dispatch(kind, work, start)
 
@@ -216,43 +226,45 @@ class Ingress:
             _, meta = await asyncio.wait_for(gen.__anext__(), left)
             kind_item, payload = await gen.__anext__()
         except BackPressureError:
-            self.metrics.request_done(tenant, kind, 503, time.monotonic() - start)
+            self._finished(tenant, kind, 503, start, work=work)
             return error_response(503, "server overloaded: too many queued requests, retry later",
                                   headers={"Retry-After": "1"})
         except asyncio.TimeoutError:
             gen.cancel()  # leave the routers' queue
-            self.metrics.request_done(tenant, kind, 503, time.monotonic() - start)
+            self._finished(tenant, kind, 503, start, work=work)
             return error_response(
                 503, f"server overloaded: no replica could take the request within "
                      f"{self.cfg.server.max_queue_wait_s:g} s, retry later", headers={"Retry-After": "5"})
         except Exception as e:  # replica died mid-request, engine error, ...
             log.exception("request %s failed", work.request_id)
-            self.metrics.request_done(tenant, kind, 500, time.monotonic() - start)
+            self._finished(tenant, kind, 500, start, work=work)
             return error_response(500, f"internal error: {type(e).__name__}")
-        headers = {REPLICA_HEADER: meta["replica_id"], TENANT_HEADER: tenant}
+        replica = meta["replica_id"]
+        headers = {REPLICA_HEADER: replica, TENANT_HEADER: tenant}
         if kind_item == ERROR:  # the replica's error, already in OpenAI's shape
             status, body = payload
-            self.metrics.request_done(tenant, kind, status, time.monotonic() - start)
+            self._finished(tenant, kind, status, start, work=work, replica=replica)
             return JSONResponse(body, status_code=status, headers=headers)
         if kind_item == BODY:
-            self.metrics.request_done(tenant, kind, 200, time.monotonic() - start, payload.get("usage"))
+            self._finished(tenant, kind, 200, start, payload.get("usage"), work=work, replica=replica)
             return JSONResponse(payload, headers=headers)
 
         first_chunk = payload
-        metrics = self.metrics
+        finished = self._finished
 
         async def stream():
-            ok = False
+            ok, usage = False, stream_usage(first_chunk)
             try:
                 yield first_chunk
                 async for item_kind, chunk in gen:
                     if item_kind == SSE:
+                        usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
                         yield chunk
                 ok = True
             finally:
                 if not ok:
                     gen.cancel()  # client went away: cancel the replica call -> engine abort
-                metrics.request_done(tenant, kind, 200 if ok else 499, time.monotonic() - start)
+                finished(tenant, kind, 200 if ok else 499, start, usage, work=work, replica=replica)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
@@ -340,10 +352,14 @@ class Ingress:
     async def models(self, request: Request):
         if self.auth.tenant_for(request.headers.get("authorization")) is None:
             return error_response(401, "missing or invalid API key (send `Authorization: Bearer <key>`)")
+        from deployments.serve_state import deployment_state
+
+        # Listed once a replica of it can answer (not only once all do: /ready is that).
+        serving = (await deployment_state(self.cfg.app_name)).running_replicas > 0
         return {"object": "list", "data": [{
             "id": self.cfg.model.name, "object": "model", "created": int(time.time()),
             "owned_by": "kvserve", "root": self.cfg.model.source, "max_model_len": self.cfg.model.max_model_len,
-        }]}
+        }] if serving else []}
 
     @app.get("/health")
     async def health(self):

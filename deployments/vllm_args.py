@@ -39,6 +39,8 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
         "--kv-cache-dtype", e.kv_cache_dtype,
         "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         "--disable-uvicorn-access-log",
+        # vLLM's RequestLogger writes prompts (at DEBUG); only the logging.prompts switch turns it on.
+        "--enable-log-requests" if cfg.logging.prompts else "--no-enable-log-requests",
     ]
     if m.tokenizer:
         args += ["--tokenizer", resolve_model_path(m.tokenizer)]

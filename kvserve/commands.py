@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from kvserve.config import ConfigError, KVServeConfig, load_config, redacted
+from kvserve.config import ConfigError, KVServeConfig, load_config, redacted, require_servable
 
 console = Console(stderr=True)
 model_app = typer.Typer(no_args_is_help=True, help="Prepare and inspect models.")
@@ -25,9 +25,11 @@ dashboard_app = typer.Typer(no_args_is_help=True, help="The Grafana dashboard: e
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (env KVSERVE_<SECTION>__<FIELD> overrides it).")
 
 
-def _load(config: Optional[Path], overrides: dict | None = None) -> KVServeConfig:
+def _load(config: Optional[Path], overrides: dict | None = None, serving: bool = False) -> KVServeConfig:
+    """The config, or exit 2 with the reason. `serving`: it must also be safe to serve (API keys)."""
     try:
-        return load_config(config, overrides=overrides)
+        cfg = load_config(config, overrides=overrides)
+        return require_servable(cfg) if serving else cfg
     except ConfigError as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
@@ -63,7 +65,8 @@ def _ensure_model(cfg: KVServeConfig) -> None:
 
 def serve_cmd(
     config: Optional[Path] = ConfigOpt,
-    dev: bool = typer.Option(False, "--dev", help="Open dev mode: no API keys, every request is tenant `default`."),
+    dev: bool = typer.Option(False, "--dev", help="Open dev mode on loopback: no API keys, every request is tenant "
+                             "`default`. Without it (or tenants.open_mode) kvserve serves only with API keys."),
     host: Optional[str] = typer.Option(None, help="Bind address (server.host)."),
     port: Optional[int] = typer.Option(None, help="HTTP port (server.port)."),
     replicas: Optional[int] = typer.Option(None, help="Fixed replica count (num_replicas)."),
@@ -73,7 +76,7 @@ def serve_cmd(
     """Start a local Ray cluster (or join RAY_ADDRESS), deploy, and serve until Ctrl-C / SIGTERM."""
     from cluster.local import base_url, deploy, shutdown, start_cluster
 
-    cfg = _load(config, _cli_overrides(dev, host, port, replicas, policy, model))
+    cfg = _load(config, _cli_overrides(dev, host, port, replicas, policy, model), serving=True)
     _ensure_model(cfg)
     if cfg.tenants.open_mode:
         console.print("[bold yellow]OPEN DEV MODE[/]: no API keys are required; every request is tenant `default`. "
@@ -111,12 +114,12 @@ def serve_cmd(
 def deploy_cmd(
     config: Optional[Path] = ConfigOpt,
     address: str = typer.Option("auto", help="Ray cluster address."),
-    dev: bool = typer.Option(False, "--dev", help="Open dev mode (no API keys)."),
+    dev: bool = typer.Option(False, "--dev", help="Open dev mode on loopback (no API keys)."),
 ) -> None:
     """Deploy (or redeploy) onto a running Ray cluster and return once it serves."""
     from cluster.local import deploy
 
-    cfg = _load(config, _cli_overrides(dev, None, None, None, None, None))
+    cfg = _load(config, _cli_overrides(dev, None, None, None, None, None), serving=True)
     _ensure_model(cfg)
     with console.status("deploying…") as status:
         deploy(cfg, address=address, on_wait=lambda m: status.update(f"deploying: {m}"))

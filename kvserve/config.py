@@ -11,6 +11,7 @@ overrides (CLI flags).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -274,18 +275,26 @@ class TenantKey(_Section):
 
 class TenantsConfig(_Section):
     open_mode: bool = Field(
-        False, description="Dev mode: no API keys required; every request is tenant `default`."
+        False, description="No API keys: every request is tenant `default`. For development (`kvserve serve --dev` "
+        "sets it); without it kvserve serves only with keys (tenants.keys / tenants.keys_file)."
+    )
+    allow_open_on_network: bool = Field(
+        False, description="Let open mode bind a non-loopback server.host (e.g. 0.0.0.0). Open mode on a network "
+        "address lets anyone who reaches the port use the engines, unmetered and unattributed, so it takes "
+        "this second, deliberate switch: for a trusted network only (e.g. a dev cluster behind a ClusterIP Service)."
     )
     keys: list[TenantKey] = Field(default_factory=list)
     keys_file: str | None = Field(
         None, description="YAML/JSON list of {tenant, key_sha256} entries (e.g. a mounted Secret)."
     )
 
-    @model_validator(mode="after")
-    def _needs_keys_or_open(self) -> TenantsConfig:
-        if not self.open_mode and not self.keys and not self.keys_file:
-            raise ValueError("no API keys configured: add tenants.keys / tenants.keys_file or set tenants.open_mode")
-        return self
+
+class LoggingConfig(_Section):
+    prompts: bool = Field(
+        False, description="Debugging only: put each request's prompt text on its access line (logger "
+        "`kvserve.access`) and turn on vLLM's request logging (--enable-log-requests). Off, logs carry no "
+        "prompt or completion text: tenant, status, tokens and latency only."
+    )
 
 
 class ServerConfig(_Section):
@@ -304,6 +313,10 @@ class ServerConfig(_Section):
     max_n: int = Field(16, ge=1, description="Most choices (`n`) one request may ask for; more get 400.")
 
 
+# vLLM flags that put prompt/completion text in its logs: only logging.prompts turns them on.
+_REQUEST_LOG_FLAGS = {"enable_log_requests", "enable_log_outputs"}
+
+
 class KVServeConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -311,8 +324,9 @@ class KVServeConfig(_Section):
     router: RouterConfig = Field(default_factory=RouterConfig)
     slo: SLOConfig = Field(default_factory=SLOConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
-    tenants: TenantsConfig = Field(default_factory=lambda: TenantsConfig(open_mode=True))
+    tenants: TenantsConfig = Field(default_factory=TenantsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     app_name: str = Field("kvserve", pattern=r"^[a-z0-9-]+$")
 
     @model_validator(mode="after")
@@ -321,9 +335,52 @@ class KVServeConfig(_Section):
             self.router.__dict__["spill_ttft_ms"] = self.slo.ttft_p90_ms
         return self
 
+    @model_validator(mode="after")
+    def _request_logging_is_a_logging_switch(self) -> KVServeConfig:
+        for flag in _REQUEST_LOG_FLAGS & {k.replace("-", "_") for k in self.engine.extra_args}:
+            raise ValueError(f"engine.extra_args.{flag}: vLLM logs prompts with it; use logging.prompts instead")
+        return self
+
 
 class ConfigError(ValueError):
     """A config that does not validate; the message names the offending field."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a hostname: it may resolve to anything
+        return False
+
+
+def serving_problem(cfg: KVServeConfig) -> str | None:
+    """Why `cfg` must not serve HTTP, or None. The one check every serving path makes (`kvserve
+    serve`/`deploy`, the Serve app builder behind Helm and `ray up`, the Helm values check).
+
+    A config without API keys is a valid description (the simulator, the dashboard and profiling
+    use one) but not a server: serving without keys must be asked for explicitly."""
+    t, host = cfg.tenants, cfg.server.host
+    if t.open_mode:
+        if not t.allow_open_on_network and not is_loopback(host):
+            return (f"open mode (no API keys) on the network address server.host={host!r}: anyone who reaches "
+                    "the port could use it. Bind 127.0.0.1, configure API keys (tenants.keys / tenants.keys_file), "
+                    "or, on a trusted network only, set tenants.allow_open_on_network: true")
+        return None
+    if not t.keys and not t.keys_file:
+        return ("no API keys configured, and kvserve does not serve without them. For a local dev server on "
+                "127.0.0.1 pass --dev (open mode). Otherwise add tenants.keys (key_sha256 from `kvserve config "
+                "hash-key`, or key_env / key_file) or tenants.keys_file; or set tenants.open_mode: true explicitly")
+    return None
+
+
+def require_servable(cfg: KVServeConfig) -> KVServeConfig:
+    """`cfg`, or ConfigError saying what to change (see serving_problem)."""
+    problem = serving_problem(cfg)
+    if problem:
+        raise ConfigError(f"refusing to serve: {problem}")
+    return cfg
 
 
 def _set_path(d: dict, path: list[str], value: Any) -> None:

@@ -38,7 +38,7 @@ def _per_replica(metric: str) -> str:
 
 
 def _quantile(q: float) -> str:
-    return f"histogram_quantile({q}, sum by (kind, le) ({_rate('kvserve_request_seconds_bucket')}))"
+    return f"histogram_quantile({q}, sum by (kind, le) ({_rate(f'kvserve_request_seconds_bucket{{{TENANT}}}')}))"
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def _rows(slo: SLOConfig) -> tuple[Row, ...]:
     requests = _rate(f"kvserve_requests_total{{{TENANT}}}")
     errors = _rate(f'kvserve_requests_total{{{TENANT},status=~"4..|5.."}}')
     overload = _rate(f'kvserve_requests_total{{{TENANT},status=~"429|503"}}')
-    hits = _rate(f"kvserve_engine_prefix_cache_hits{{{REPLICA}}}")
-    queries = _rate(f"kvserve_engine_prefix_cache_queries{{{REPLICA}}}")
+    hits = _rate(f"kvserve_engine_prefix_cache_hits_total{{{REPLICA}}}")
+    queries = _rate(f"kvserve_engine_prefix_cache_queries_total{{{REPLICA}}}")
     cached = _rate(f"kvserve_cached_prompt_tokens_total{{{TENANT}}}")
     prompt = _rate(f"kvserve_prompt_tokens_total{{{TENANT}}}")
     return (
@@ -91,7 +91,7 @@ def _rows(slo: SLOConfig) -> tuple[Row, ...]:
         Row("Latency", (
             Panel("Request latency by kind",
                   tuple((_quantile(q), f"p{round(q * 100)} {{{{kind}}}}") for q in (0.5, 0.9, 0.99)),
-                  unit="s", description="Ingress-side; for streams, until the response headers are out."),
+                  unit="s", description="Ingress-side, for the selected tenants; for streams, until the last byte."),
             Panel("TTFT p90 per replica (rolling)", ((_per_replica("kvserve_replica_ttft_p90_ms"), "{{replica}}"),
                                                      (_per_replica("kvserve_replica_ttft_p90_low_ms"),
                                                       "{{replica}} lower bound")),
@@ -110,14 +110,13 @@ def _rows(slo: SLOConfig) -> tuple[Row, ...]:
                   width=6),
         )),
         Row("Prefix cache", (
-            # The engine counters are exported as gauges that only grow; rate() treats a drop
-            # (replica restart) as a counter reset, which is exactly right for them.
+            # A replica's counters restart with it (a new replica label): rate() handles both.
             Panel("Prefix-cache hit rate per replica",
                   ((f"max by (replica) ({hits}) / max by (replica) ({queries})", "{{replica}}"),),
                   fraction=True, width=12, description="Prompt tokens found cached / prompt tokens looked up."),
             Panel("Cached prompt-token ratio by tenant",
                   ((f"sum by (tenant) ({cached}) / sum by (tenant) ({prompt})", "{{tenant}}"),),
-                  fraction=True, width=12, description="From response usage; non-streamed requests only."),
+                  fraction=True, width=12, description="From response usage: non-streamed requests, and streams that ask for usage."),
         )),
     )
 

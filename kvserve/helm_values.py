@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvserve.config import ConfigError, KVServeConfig, deep_merge, format_validation_error
+from kvserve.config import ConfigError, KVServeConfig, deep_merge, format_validation_error, serving_problem
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 CHART_DIR = Path(__file__).resolve().parents[1] / "helm" / "kvserve"
@@ -168,9 +168,13 @@ def validate_values(values: dict[str, Any]) -> ChartValues:
     """Validate a (merged) values dict; ConfigError names each offending field."""
     # Validate the section as the chart renders it (key Secret already wired into tenants).
     try:
-        return ChartValues.model_validate({**values, "kvserve": effective_kvserve(values)})
+        chart = ChartValues.model_validate({**values, "kvserve": effective_kvserve(values)})
     except ValidationError as err:
         raise ConfigError(format_validation_error(err).replace("invalid kvserve config", "invalid Helm values")) from None
+    problem = serving_problem(chart.kvserve)  # a release serves: the app would refuse it at start
+    if problem:
+        raise ConfigError(f"invalid Helm values: kvserve: {problem}")
+    return chart
 
 
 def load_values(*paths: str | Path, chart_dir: Path = CHART_DIR) -> dict[str, Any]:

@@ -175,9 +175,11 @@ def test_ray_up_onprem_serves_the_default_model(sshd):
         min_worker=min(worker_base, 65000),
         max_worker=min(worker_base, 65000) + 200,
     )
-    # One CPU replica keeps this light beside other work on a 2-core machine.
+    # One CPU replica keeps this light beside other work on a 2-core machine. Explicit open mode on
+    # loopback: the target's keys file would need an ./api-keys.yaml beside the test.
     cfg = KVServeConfig.model_validate(
-        {**target.kvserve, "num_replicas": 1, "server": {"host": "127.0.0.1", "port": http}}
+        {**target.kvserve, "num_replicas": 1, "server": {"host": "127.0.0.1", "port": http},
+         "tenants": {"open_mode": True}}
     )
     venv_bin = str(Path(sys.executable).parent)
     cluster = render(

@@ -78,7 +78,34 @@ def test_health_ready_metrics(cluster):
     assert ready.status_code == 200 and ready.json()["running_replicas"] == 2
     metrics = httpx.get(cluster.url + "/metrics").text
     assert 'kvserve_requests_total{kind="chat",status="200",tenant="tenant-a"}' in metrics
-    assert "kvserve_engine_prefix_cache_queries" in metrics
+    assert "# TYPE kvserve_engine_prefix_cache_queries_total counter" in metrics
+    assert "kvserve_engine_prefix_cache_queries_total{" in metrics
+    assert 'kvserve_request_seconds_count{kind="chat",tenant="tenant-a"}' in metrics
+
+
+def _ingress_log() -> str:
+    """The Ingress replica's log: Serve writes a replica's lines, and so ours, to the actor's stderr."""
+    from ray.util.state import get_log, list_actors
+
+    actors = [a for a in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000) if "#Ingress#" in (a.name or "")]
+    assert actors, "no live Ingress replica"
+    return "".join("".join(get_log(actor_id=a.actor_id, suffix="err", tail=-1)) for a in actors)
+
+
+def test_the_ingress_logs_one_access_line_without_prompt_text(cluster):
+    marker = f"confidential-{time.time_ns()}"
+    line = "tenant=tenant-b kind=completion status=200"
+    before = _ingress_log().count(line)
+    r = cluster.openai("tenant-b").completions.create(model=MODEL, prompt=f"Remember {marker}. The capital of France is",
+                                                     max_tokens=4, temperature=0)
+    assert r.usage.completion_tokens == 4
+    deadline = time.monotonic() + 30  # the log file is written asynchronously to the request
+    while (log := _ingress_log()).count(line) == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert log.count(line) == before + 1, log[-3000:]
+    mine = [entry for entry in log.splitlines() if line in entry][-1]
+    assert "completion_tokens=4" in mine and "latency_ms=" in mine
+    assert marker not in log
 
 
 def test_status_reports_each_replica(cluster):

@@ -35,7 +35,8 @@ def test_deploy_version_ignores_the_replica_count_only():
         (replica,) = [a for a in ingress.init_args if hasattr(a, "_bound_deployment")]
         return ingress._version, replica._bound_deployment._version
 
-    two = versions({"config": KVServeConfig(num_replicas=2)})
-    assert two == versions({"config": KVServeConfig(num_replicas=5)}) and two[0] == two[1]
-    assert two != versions({"config": KVServeConfig.model_validate({"router": {"policy": "pow2"}})})
-    assert two != versions({"config": KVServeConfig(num_replicas=2), "generation": "x"})  # a forced restart
+    dev = {"open_mode": True}  # build_app serves: without keys, only in explicit open mode
+    two = versions({"config": KVServeConfig(num_replicas=2, tenants=dev)})
+    assert two == versions({"config": KVServeConfig(num_replicas=5, tenants=dev)}) and two[0] == two[1]
+    assert two != versions({"config": KVServeConfig.model_validate({"router": {"policy": "pow2"}, "tenants": dev})})
+    assert two != versions({"config": KVServeConfig(num_replicas=2, tenants=dev), "generation": "x"})  # a forced restart

@@ -34,7 +34,7 @@ def _window_stats() -> dict[str, float]:
     return w.to_stats_dict(now=0.0)
 
 
-def _exported_sample_names() -> set[str]:
+def _exported_families() -> list:
     metrics = IngressMetrics()
     # Labelled counters only appear once used: one finished request with usage fills them all.
     usage = {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}
@@ -43,7 +43,15 @@ def _exported_sample_names() -> set[str]:
                "prefix_cache_hits": 60, "cached_blocks": 7,
                "window": _window_stats()}
     body, _ = metrics.render([replica])
-    return {s.name for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
+    return list(text_string_to_metric_families(body.decode()))
+
+
+def _exported_sample_names() -> set[str]:
+    return {s.name for fam in _exported_families() for s in fam.samples}
+
+
+def _sample_types() -> dict[str, str]:
+    return {s.name: fam.type for fam in _exported_families() for s in fam.samples}
 
 
 def _panel(dashboard: dict, title_start: str) -> dict:
@@ -62,6 +70,26 @@ def test_every_queried_metric_is_exported_by_the_ingress():
     used = {name for q in _queries(build_dashboard()) for name in METRIC.findall(q)}
     assert len(used) >= 10  # the regex really found the metrics
     assert used <= exported, f"not exported: {sorted(used - exported)}"
+
+
+def test_rate_is_taken_of_counters_and_only_of_counters():
+    types = _sample_types()
+    panels = [t["expr"] for p in build_dashboard()["panels"] for t in p.get("targets", [])]
+    for q in panels:
+        for m in METRIC.finditer(q):
+            in_rate = q[:m.start()].endswith("rate(")
+            assert in_rate == (types[m.group()] in ("counter", "histogram")), (m.group(), types[m.group()], q)
+
+
+def test_engine_prefix_cache_counts_are_counters_and_latency_is_per_tenant():
+    families = {fam.name: fam for fam in _exported_families()}
+    for name in ("kvserve_engine_prefix_cache_queries", "kvserve_engine_prefix_cache_hits"):
+        assert families[name].type == "counter"
+        (sample,) = families[name].samples
+        assert sample.name == name + "_total" and sample.labels == {"replica": "r1"}
+    assert families["kvserve_engine_prefix_cache_hits"].samples[0].value == 60
+    buckets = [s for s in families["kvserve_request_seconds"].samples if s.name.endswith("_bucket")]
+    assert buckets and all(s.labels["tenant"] == "team-a" and s.labels["kind"] == "chat" for s in buckets)
 
 
 def test_slo_threshold_lines_follow_the_config():

@@ -23,7 +23,8 @@ CPU_DEFAULT_ARGS = [
     "--model", "MODEL", "--served-model-name", "smollm2-135m-instruct", "--max-model-len", "2048",
     "--dtype", "float32", "--block-size", "32", "--max-num-seqs", "32", "--max-num-batched-tokens", "2048",
     "--long-prefill-token-threshold", "0", "--tensor-parallel-size", "1", "--kv-cache-dtype", "auto",
-    "--enable-prompt-tokens-details", "--disable-uvicorn-access-log", "--enable-prefix-caching",
+    "--enable-prompt-tokens-details", "--disable-uvicorn-access-log", "--no-enable-log-requests",
+    "--enable-prefix-caching",
     "--enable-chunked-prefill", "--enforce-eager",
 ]
 
@@ -159,8 +160,8 @@ def test_gpu_bench_configs_give_the_expected_vllm_args(name, share, util):
         "--model", "/tmp/model8b", "--served-model-name", "llama8b-dummy", "--max-model-len", "4096",
         "--dtype", "auto", "--block-size", "16", "--max-num-seqs", "64", "--max-num-batched-tokens", batched,
         "--long-prefill-token-threshold", "0", "--tensor-parallel-size", "1", "--kv-cache-dtype", "auto",
-        "--enable-prompt-tokens-details", "--disable-uvicorn-access-log", "--enable-prefix-caching",
-        "--enable-chunked-prefill", "--gpu-memory-utilization", util, *kv,
+        "--enable-prompt-tokens-details", "--disable-uvicorn-access-log", "--no-enable-log-requests",
+        "--enable-prefix-caching", "--enable-chunked-prefill", "--gpu-memory-utilization", util, *kv,
         "--load-format", "dummy", "--chat-template", "/tmp/model8b/chat_template.jinja",
     ]
     if kv:

@@ -93,7 +93,7 @@ def sized_configs(draw):
         "engine": {"device": device, "tensor_parallel_size": tp},
         "num_replicas": draw(st.integers(1, 16)),
         "autoscaling": {"enabled": draw(st.booleans()), "min_replicas": lo, "max_replicas": hi},
-        "tenants": {"open_mode": True},
+        "tenants": {"open_mode": True, "allow_open_on_network": True},  # the chart binds 0.0.0.0
     }
     return kv, draw(st.integers(0, 8))
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from types import SimpleNamespace
 
+from deployments.access_log import AccessLog
 from deployments.ingress import Ingress
 from deployments.metrics import IngressMetrics
 from deployments.protocol import BODY, META, CompletionWork
@@ -35,8 +37,10 @@ def _dispatch(stream: _Stream, wait_s: float | None, start: float):  # type: ign
     ing = SimpleNamespace(
         cfg=KVServeConfig(server={"max_queue_wait_s": wait_s}),
         metrics=IngressMetrics(),
+        access=AccessLog(),
         llm=SimpleNamespace(options=lambda **_: SimpleNamespace(generate=SimpleNamespace(remote=lambda _w: stream))),
     )
+    ing._finished = functools.partial(Ingress._finished, ing)
     return asyncio.run(Ingress._dispatch(ing, "completion", _work(), start))
 
 

@@ -40,23 +40,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 The kvserve config as served: .Values.kvserve with the mounted key Secret wired into
 tenants.keys_file when no key source is set (mirrors kvserve.helm_values.effective_kvserve),
-plus the checks the JSON schema cannot express, failing with the field name.
+plus the checks the JSON schema cannot express, failing with the field name (the key rules
+are kvserve.config.serving_problem's, which the app applies again when it starts).
 */}}
 {{- define "kvserve.config" -}}
 {{- $cfg := deepCopy (.Values.kvserve | default dict) -}}
 {{- $secret := .Values.apiKeySecret -}}
-{{- if hasKey $cfg "tenants" -}}
 {{- $t := $cfg.tenants | default dict -}}
 {{- if not (or $t.keys $t.keys_file $t.open_mode) -}}
 {{- if $secret.name -}}
 {{- $_ := set $t "keys_file" (printf "%s/%s" $secret.mountPath $secret.key) -}}
 {{- $_ := set $cfg "tenants" $t -}}
 {{- else -}}
-{{- fail "kvserve.tenants: no API keys configured: set apiKeySecret.name (recommended), kvserve.tenants.keys/keys_file, or kvserve.tenants.open_mode=true for development" -}}
+{{- fail "kvserve.tenants: no API keys configured: set apiKeySecret.name (recommended), kvserve.tenants.keys/keys_file, or kvserve.tenants.open_mode=true with kvserve.tenants.allow_open_on_network=true for development on a trusted network" -}}
 {{- end -}}
 {{- end -}}
-{{- else if $secret.name -}}
-{{- $_ := set $cfg "tenants" (dict "keys_file" (printf "%s/%s" $secret.mountPath $secret.key)) -}}
+{{- $host := dig "server" "host" "127.0.0.1" $cfg -}}
+{{- if and $t.open_mode (not $t.allow_open_on_network) (not (or (hasPrefix "127." $host) (eq $host "localhost" "::1"))) -}}
+{{- fail (printf "kvserve.tenants.open_mode serves without API keys on the network address server.host=%s: set kvserve.tenants.allow_open_on_network=true (trusted network only) or configure API keys" $host) -}}
 {{- end -}}
 {{- $as := $cfg.autoscaling | default dict -}}
 {{- if gt (int (dig "min_replicas" 1 $as)) (int (dig "max_replicas" 2 $as)) -}}
