@@ -172,6 +172,8 @@ def run_cmd(
     min_requests: int = typer.Option(8, "--min-requests", min=1),
     env: list[str] = typer.Option([], "--env", help="K=V for the server and all it starts."),
     probes: int = typer.Option(20, "--probes", min=0, help="Sequential requests that split TTFT into path legs."),
+    direct_ingress: bool = typer.Option(False, "--direct-ingress", help="kvserve: Serve's direct ingress (the "
+                                        "Ingress replica serves HTTP itself; the client skips the proxy)."),
     config: Optional[Path] = typer.Option(None, "--config"),
     label: str = typer.Option("", "--label"),
     pyspy: Optional[Path] = typer.Option(None, "--py-spy", help="Record py-spy stacks per role and level here."),
@@ -194,7 +196,12 @@ def run_cmd(
     vocab = SafeVocab(load_tokenizer(cfg.model))
     extra = dict(kv.split("=", 1) for kv in env)
     port = free_port()
-    cmd = [sys.executable, "-m", "bench.serving_path", "serve", "--target", target, "--port", str(port),
+    serve_port = port
+    if direct_ingress:  # the ingress replica takes `port` (its own uvicorn); the proxy another one
+        serve_port = free_port()
+        extra.update({"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+                      "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1)})
+    cmd = [sys.executable, "-m", "bench.serving_path", "serve", "--target", target, "--port", str(serve_port),
            "--step-ms", str(step_ms), "--work-us", str(work_us)] + (["--config", str(config)] if config else [])
     ready = f"http://127.0.0.1:{port}" + ("/ready" if target == "kvserve" else "/v1/models")
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serving-path-{target}-{port}.log"
