@@ -57,8 +57,11 @@ class FakeEngine:
                 if c.left == 0:
                     self._running.discard(c)
 
-    async def stream(self, prompt_tokens: int, max_tokens: int) -> AsyncIterator[str]:
-        """SSE chunks of one streaming completion: tokens, a usage chunk, [DONE]."""
+    async def stream(self, prompt_tokens: int, max_tokens: int, entered: float | None = None) -> AsyncIterator[str]:
+        """SSE chunks of one streaming completion: tokens, a usage chunk, [DONE].
+
+        `entered`: the wall-clock time the request reached the server's handler; the first chunk
+        carries it and its own send time (`kvserve_probe`) so a client can split its TTFT."""
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         c = _Collector(max_tokens)
         self._running.add(c)
@@ -73,8 +76,11 @@ class FakeEngine:
                 finish = "length" if sent >= max_tokens else None
                 choice = {"index": 0, "text": " tok" * n, "logprobs": None, "finish_reason": finish,
                           "stop_reason": None}
-                yield "data: " + json.dumps({"id": rid, "object": "text_completion", "created": created,
-                                             "model": self.model, "choices": [choice]}) + "\n\n"
+                chunk = {"id": rid, "object": "text_completion", "created": created, "model": self.model,
+                         "choices": [choice]}
+                if entered is not None and sent == n:
+                    chunk["kvserve_probe"] = {"entered": entered, "first_sent": time.time()}
+                yield "data: " + json.dumps(chunk) + "\n\n"
             usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + sent,
                      "completion_tokens": sent, "prompt_tokens_details": {"cached_tokens": 0}}
             yield "data: " + json.dumps({"id": rid, "object": "text_completion", "created": created,

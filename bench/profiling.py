@@ -1,7 +1,7 @@
 """Where a server's CPU goes while a load runs: CPU seconds per process role, and py-spy stacks.
 
 Roles come from the titles Ray and vLLM give their processes: Serve's HTTP proxy, the
-kvserve Ingress and LLMReplica replicas, the Serve controller, vLLM's engine core; the
+kvserve Ingress and LLMReplica replicas, the Serve controller, vLLM's engine core and workers; the
 server's own first process is `server` (vLLM's API server, or `kvserve serve`'s driver).
 """
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 ROLES = (("ray::ProxyActor", "proxy"), (":Ingress", "ingress"), (":LLMReplica", "replica"),
-         ("ray::ServeController", "controller"), ("EngineCore", "engine"))
+         ("ray::ServeController", "controller"), ("VLLM::", "engine"))  # EngineCore and its workers
 PROFILED = ("server", "proxy", "ingress", "replica")  # the processes a token passes through
 
 
@@ -72,7 +72,10 @@ def py_spy_path() -> str | None:
 
 
 class Spies:
-    """py-spy `record` (non-blocking, 100 Hz, per thread, collapsed stacks) on each profiled process."""
+    """py-spy `record` (non-blocking, 100 Hz, per thread, collapsed stacks) on each profiled process.
+
+    `--gil`: only the thread holding the GIL is sampled, so samples are Python CPU time; without it,
+    threads blocked inside Ray's C++ core worker count as busy."""
 
     def __init__(self, root_pid: int, folder: Path, tag: str) -> None:
         spy = py_spy_path()
@@ -84,7 +87,7 @@ class Spies:
             if role in PROFILED:
                 out = folder / f"{tag}-{role}-{p.pid}.txt"
                 self.procs.append(subprocess.Popen(
-                    [spy, "record", "--pid", str(p.pid), "--rate", "100", "--nonblocking", "--threads",
+                    [spy, "record", "--pid", str(p.pid), "--rate", "100", "--nonblocking", "--threads", "--gil",
                      "--format", "raw", "--output", str(out)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(1.0)  # attached before the load starts

@@ -33,14 +33,13 @@ app = typer.Typer(add_completion=False)
 class FakeReplica:
     """LLMReplica's streaming contract (META, then SSE chunks) over a fake engine."""
 
-    async def __init__(self, config: dict, step_s: float, work_s: float, coalesce: bool) -> None:  # type: ignore[misc]
+    async def __init__(self, config: dict, step_s: float, work_s: float) -> None:  # type: ignore[misc]
         from bench.fake_engine import FakeEngine
         from kvserve.config import KVServeConfig
 
         self.cfg = KVServeConfig.model_validate(config)
         self.engine = FakeEngine(step_s, work_s, self.cfg.model.name)
         self.replica_id = f"fake-{os.getpid()}"
-        self.coalesce = coalesce
 
     async def record_routing_stats(self) -> dict[str, Any]:
         n = len(self.engine._running)
@@ -52,15 +51,13 @@ class FakeReplica:
         return {"replica_id": self.replica_id, "steps": self.engine.steps}
 
     async def generate(self, work: Any):
-        from deployments.stream_relay import coalesce_ready
-
+        entered = time.time()
         yield META, {"replica_id": self.replica_id}
-        chunks = self.engine.stream(work.num_prompt_tokens, int(work.body.get("max_tokens") or 16))
-        async for chunk in coalesce_ready(chunks) if self.coalesce else chunks:
+        async for chunk in self.engine.stream(work.num_prompt_tokens, int(work.body.get("max_tokens") or 16), entered):
             yield SSE, chunk
 
 
-def fake_app(cfg: Any, step_s: float, work_s: float, coalesce: bool = False):
+def fake_app(cfg: Any, step_s: float, work_s: float):
     """deployments.app.build_app's graph with FakeReplica in LLMReplica's place."""
     from ray import serve
 
@@ -69,7 +66,7 @@ def fake_app(cfg: Any, step_s: float, work_s: float, coalesce: bool = False):
     from kvserve.serve_config import ingress_limits
 
     config = {**cfg.model_dump(mode="json"), "num_replicas": 1}
-    replica = serve.deployment(FakeReplica).options(**replica_options(cfg)).bind(config, step_s, work_s, coalesce)
+    replica = serve.deployment(FakeReplica).options(**replica_options(cfg)).bind(config, step_s, work_s)
     ingress = serve.deployment(Ingress).options(name="Ingress", num_replicas=1, ray_actor_options={"num_cpus": 0},
                                                 **ingress_limits(cfg))
     return ingress.bind(replica, config)
@@ -92,13 +89,13 @@ def bare_app(step_s: float, work_s: float, model: str):
         body = await request.json()
         prompt = body.get("prompt") or ""
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
-        return StreamingResponse(engine.stream(n_prompt, int(body.get("max_tokens") or 16)),
+        return StreamingResponse(engine.stream(n_prompt, int(body.get("max_tokens") or 16), time.time()),
                                  media_type="text/event-stream")
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
 
 
-def _serve_kvserve(cfg: Any, step_s: float, work_s: float, coalesce: bool) -> None:
+def _serve_kvserve(cfg: Any, step_s: float, work_s: float) -> None:
     from ray import serve
 
     from cluster.local import shutdown, start_cluster, wait_ready
@@ -109,7 +106,7 @@ def _serve_kvserve(cfg: Any, step_s: float, work_s: float, coalesce: bool) -> No
     started = start_cluster(cfg, join_existing=False)
     try:
         serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
-        serve.run(fake_app(cfg, step_s, work_s, coalesce), name=cfg.app_name, route_prefix="/", blocking=False)
+        serve.run(fake_app(cfg, step_s, work_s), name=cfg.app_name, route_prefix="/", blocking=False)
         wait_ready(cfg, 600)
         print("serving", flush=True)
         while not stop.wait(1.0):
@@ -120,8 +117,7 @@ def _serve_kvserve(cfg: Any, step_s: float, work_s: float, coalesce: bool) -> No
 
 @app.command("serve", hidden=True)
 def serve_cmd(target: str = typer.Option(...), port: int = typer.Option(...), step_ms: float = typer.Option(...),
-              work_us: float = typer.Option(0.0), coalesce: bool = typer.Option(False),
-              config: Optional[Path] = typer.Option(None)) -> None:
+              work_us: float = typer.Option(0.0), config: Optional[Path] = typer.Option(None)) -> None:
     """(internal) Run one target until SIGINT/SIGTERM."""
     from kvserve.config import load_config
 
@@ -133,7 +129,35 @@ def serve_cmd(target: str = typer.Option(...), port: int = typer.Option(...), st
         uvicorn.run(bare_app(step_ms / 1000.0, work_us / 1e6, cfg.model.name), host="127.0.0.1", port=port,
                     log_level="warning", access_log=False)
     else:
-        _serve_kvserve(cfg, step_ms / 1000.0, work_us / 1e6, coalesce)
+        _serve_kvserve(cfg, step_ms / 1000.0, work_us / 1e6)
+
+
+async def probe_legs(opts: Any, vocab: Any, n: int, prompt_tokens: int) -> dict[str, float]:
+    """Median legs of TTFT over n sequential requests: client -> server handler (`to_server`),
+    handler -> first chunk sent (`server`, the fake engine's first step), first chunk -> client
+    (`to_client`). One machine, one wall clock."""
+    import statistics
+
+    import httpx
+
+    from bench.client import completion_body
+    from bench.overhead_load import random_requests
+
+    legs: dict[str, list[float]] = {"to_server": [], "server": [], "to_client": [], "ttft": []}
+    async with httpx.AsyncClient(timeout=60) as client:
+        for req in random_requests(vocab, n, prompt_tokens, 2, "sp:probe"):
+            sent = time.time()
+            async with client.stream("POST", f"{opts.base_url}/v1/completions",
+                                     json=completion_body(req, opts.model)) as resp:
+                async for line in resp.aiter_lines():
+                    if line.startswith("data:") and "kvserve_probe" in line:
+                        got = time.time()
+                        p = json.loads(line[5:])["kvserve_probe"]
+                        legs["to_server"].append((p["entered"] - sent) * 1000)
+                        legs["server"].append((p["first_sent"] - p["entered"]) * 1000)
+                        legs["to_client"].append((got - p["first_sent"]) * 1000)
+                        legs["ttft"].append((got - sent) * 1000)
+    return {k: round(statistics.median(v), 2) for k, v in legs.items() if v}
 
 
 @app.command("run")
@@ -147,7 +171,9 @@ def run_cmd(
     per_slot: int = typer.Option(4, "--requests-per-slot", min=1),
     min_requests: int = typer.Option(8, "--min-requests", min=1),
     env: list[str] = typer.Option([], "--env", help="K=V for the server and all it starts."),
-    coalesce: bool = typer.Option(False, "--coalesce", help="The fake replica joins ready chunks (stream_relay)."),
+    probes: int = typer.Option(20, "--probes", min=0, help="Sequential requests that split TTFT into path legs."),
+    direct_ingress: bool = typer.Option(False, "--direct-ingress", help="kvserve: Serve's direct ingress (the "
+                                        "Ingress replica serves HTTP itself; the client skips the proxy)."),
     config: Optional[Path] = typer.Option(None, "--config"),
     label: str = typer.Option("", "--label"),
     pyspy: Optional[Path] = typer.Option(None, "--py-spy", help="Record py-spy stacks per role and level here."),
@@ -170,12 +196,16 @@ def run_cmd(
     vocab = SafeVocab(load_tokenizer(cfg.model))
     extra = dict(kv.split("=", 1) for kv in env)
     port = free_port()
-    cmd = [sys.executable, "-m", "bench.serving_path", "serve", "--target", target, "--port", str(port),
-           "--step-ms", str(step_ms), "--work-us", str(work_us)] + (["--coalesce"] if coalesce else []) + (["--config", str(config)] if config else [])
+    serve_port = port
+    if direct_ingress:  # the ingress replica takes `port` (its own uvicorn); the proxy another one
+        serve_port = free_port()
+        extra.update({"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+                      "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1)})
+    cmd = [sys.executable, "-m", "bench.serving_path", "serve", "--target", target, "--port", str(serve_port),
+           "--step-ms", str(step_ms), "--work-us", str(work_us)] + (["--config", str(config)] if config else [])
     ready = f"http://127.0.0.1:{port}" + ("/ready" if target == "kvserve" else "/v1/models")
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"serving-path-{target}-{port}.log"
-    result: dict[str, Any] = {"label": label or target, "target": target, "env": extra, "coalesce": coalesce,
-                              "step_ms": step_ms,
+    result: dict[str, Any] = {"label": label or target, "target": target, "env": extra, "step_ms": step_ms,
                               "work_us": work_us, "tokens": tokens, "cpus": len(os.sched_getaffinity(0)), "runs": {}}
     with running(cmd, env={"RAY_USAGE_STATS_ENABLED": "0", **extra}, ready_url=ready, log=log, timeout_s=600,
                  stop_signal=signal.SIGINT) as proc:
@@ -201,6 +231,9 @@ def run_cmd(
             entry["chunks_per_token"] = chunks_per_token(kept[c])
             result["runs"][f"c{c}"] = entry
             print(json.dumps({f"c{c}": entry}), flush=True)
+        if probes:
+            result["ttft_legs_ms"] = asyncio.run(probe_legs(opts, vocab, probes, prompt_tokens))
+            print(json.dumps({"ttft_legs_ms": result["ttft_legs_ms"]}), flush=True)
     print(json.dumps(result), flush=True)
     if out:
         with open(out, "a") as f:

@@ -18,6 +18,7 @@ from bench.profiling import cpu_by_role, per_token_us, role_of
     ("ray::ServeReplica:kvserve:LLMReplica", "replica"),
     ("ray::ServeController.listen_for_change", "controller"),
     ("VLLM::EngineCore", "engine"),
+    ("VLLM::Worker_TP0", "engine"),
     ("/usr/bin/raylet --flag", "other"),
 ])
 def test_role_of_titles(title, role):
