@@ -130,6 +130,8 @@ class LLMReplica:
 
     @staticmethod
     def _install_prerendered(serving: Any, method: str) -> None:
+        from deployments.vllm_compat import preflight
+
         original = getattr(serving, method)
 
         async def render(request: Any) -> Any:
@@ -138,7 +140,7 @@ class LLMReplica:
                 return await original(request)
             err = await serving._check_model(request)
             if err is None:
-                serving._preflight(request.n or 1)  # engine alive, admission: as vLLM's own render step
+                preflight(serving, request.n or 1)  # engine alive, admission: as vLLM's own render step
             return err if err is not None else pre
 
         setattr(serving, method, render)

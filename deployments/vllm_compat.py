@@ -149,3 +149,11 @@ def validate_token_ids(serving: Any, token_ids: list[int], parameter: str | None
     check = getattr(getattr(serving, "renderer", None), "validate_token_ids", None)
     if check is not None:
         check(token_ids, parameter=parameter)
+
+
+def preflight(serving: Any, n: int) -> None:
+    """The admission checks vLLM's render step makes before a request reaches the engine (0.32+:
+    `_preflight`); 0.24 makes them inside generate(), which our pre-rendered path still calls."""
+    check = getattr(serving, "_preflight", None)
+    if check is not None:
+        check(n)
