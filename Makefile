@@ -154,11 +154,10 @@ bench-sim-fidelity: install
 # GPU tables (router A/B at GPU scale, overhead vs bare vLLM; issue 29): they run on a GPU machine,
 # and no runner for them is in this repository yet.
 bench-gpu:
-	@echo "bench-gpu: not automated yet; nothing was measured. The GPU tables are run by hand on a GPU machine:"
-	@echo "  1. build and install the offline kit: ../shared/gpu/README.md, steps 1-2"
-	@echo "  2. serve there (step 3), then run kvserve bench for the router A/B -> docs/results/gpu-router-ab.json"
-	@echo "  3. vLLM's own OpenAI server vs kvserve with 1 replica, same engine flags -> docs/results/gpu-overhead.json"
-	@echo "  (result formats: issue 29, items 3 and 4)"
+	@echo "bench-gpu runs on a GPU machine, not here. There, with the offline kit installed (../shared/gpu/README.md):"
+	@echo "  bash bench/gpu_tables.sh overhead OUT    # -> OUT/gpu-overhead.json  (docs/results/gpu-overhead.json)"
+	@echo "  bash bench/gpu_tables.sh router-ab OUT   # -> OUT/gpu-router-ab.json (docs/results/gpu-router-ab.json)"
+	@echo "  python3 -m bench.gpu_check OUT bench/configs/gpu-8b-2replicas.yaml bench/configs/gpu-8b-4replicas.yaml"
 	@exit 2
 
 clean:

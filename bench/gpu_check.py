@@ -153,7 +153,7 @@ def serve_and_check(path: str, policy: str | None, out_dir: Path, deadline: floa
                 result["error"] = "not up before the deadline"
                 break
             try:
-                if _http(f"{base}/v1/models", timeout=3)[0] == 200:
+                if _http(f"{base}/ready", timeout=3)[0] == 200:
                     result["up_s"] = round(time.monotonic() - start, 1)
                     result.update(exercise(base, cfg.model.name))
                     result["gpu"] = _gpu()
