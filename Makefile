@@ -52,8 +52,9 @@ ACCEPTANCE := $(MIX) --concurrency 8 --requests 300
 CPU_PROFILE := kvserve/profiles/cpu-smollm2-135m.json
 CPU_PROFILE_1203 := kvserve/profiles/cpu-smollm2-135m-2026-12-03.json
 # Stops a live target early, with the reason, when no cluster answers /ready at $(URL).
-need_cluster = @$(BIN)/python -c "import httpx; httpx.get('$(URL)/ready', timeout=5).raise_for_status()" \
-	>/dev/null 2>&1 || { echo "$@: no ready cluster at $(URL); start one first: $(1)"; exit 1; }
+# A server must answer; the bench itself waits until every replica serves (/ready).
+need_cluster = @$(BIN)/python -c "import httpx; httpx.get('$(URL)/health', timeout=5).raise_for_status()" \
+	>/dev/null 2>&1 || { echo "$@: no cluster at $(URL); start one first: $(1)"; exit 1; }
 
 # Live routing A/B on CPU: pow2 / ray_prefix / kvserve on the same 300 requests. Needs a running
 # `make serve` cluster (2 CPU replicas); the bench redeploys each policy on it in turn (~15 min).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -19,9 +20,15 @@ def test_bench_waits_for_starting_replicas_and_measures_all_of_them(cluster, tmp
 
     deploy(cluster.cfg.model_copy(update={"num_replicas": 1}), address=None, timeout_s=300)
     deploy(cluster.cfg, address=None, wait=False)  # back to two: the second engine starts now
-    # What a user sees right after `kvserve deploy` (or `make serve` printing its URL): not ready yet, and the
-    # config a bench redeploys from carries the count asked for, not the one replica that answers so far.
-    ready_before = httpx.get(cluster.url + "/ready", timeout=10)
+    # What a user sees while it starts: not ready, and the config a bench redeploys from carries the count
+    # asked for, not the one replica that answers so far. (The controller takes the new target a moment
+    # after the deploy call returns; the engine takes far longer to start.)
+    deadline = time.monotonic() + 60
+    while True:
+        ready_before = httpx.get(cluster.url + "/ready", timeout=10)
+        if ready_before.json().get("target_replicas") == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert ready_before.status_code == 503, ready_before.text
     assert ready_before.json()["target_replicas"] == 2
     assert httpx.get(cluster.url + "/kvserve/config", timeout=10).json()["num_replicas"] == 2
