@@ -115,12 +115,11 @@ def overhead(
                                           "per target and level into this folder (needs py-spy)."),
 ) -> None:
     """Serving-path cost: vLLM's OpenAI server, then kvserve with 1 replica, same engine flags and load."""
-    from bench.client import auth_headers
     from bench.overhead import assemble, parse_levels, requests_for, run_key
     from bench.overhead_load import level_requests, measure_levels, random_requests
     from bench.prepare import load_tokenizer
     from bench.runner import ReplayOptions
-    from bench.servers import free_port
+    from bench.servers import free_port, port_is_free
     from bench.tokens import SafeVocab
     from deployments.vllm_args import engine_cli_args
     from kvserve.commands import _ensure_model, _load
@@ -173,17 +172,23 @@ def overhead(
             window["spies"] = Spies(server_pid, py_spy, f"{target}-c{c}") if py_spy else None
             window["cpu"] = cpu_by_role(server_pid)
 
+        def stop_spies() -> None:
+            if window.get("spies"):
+                window.pop("spies").stop()
+
         def on_level(c: int, m) -> None:
             cpu = cpu_by_role(server_pid)
-            if window.get("spies"):
-                window["spies"].stop()
+            stop_spies()
             measured[target][c] = {**m.to_dict(), "cpu_us_per_token": per_token_us(
                 window["cpu"], cpu, int(round(m.output_tok_per_s * m.duration_s)))}
             console.print(f"{target} c{c}: TTFT p50 {m.ttft_p50_ms or 0:.1f} ms, ITL p50 {m.itl_p50_ms or 0:.2f} ms, "
                           f"{m.output_tok_per_s:.1f} out tok/s, errors {m.errors}")
             save()
 
-        asyncio.run(measure_levels(opts, reqs, warm, on_level, before_level=before_level))
+        try:
+            asyncio.run(measure_levels(opts, reqs, warm, on_level, before_level=before_level))
+        finally:
+            stop_spies()
 
     for target in order:
         port = free_port()
@@ -194,6 +199,8 @@ def overhead(
                 status.update(f"{target}: measuring {', '.join(map(run_key, levels))}...")
                 measure(target, url, proc.pid)
                 status.update(f"{target}: stopping...")
+        if not port_is_free(port):
+            console.print(f"[yellow]{target}: port {port} is still taken after the stop[/]")
     result = save()
     console.print(_summary_table(result))
     console.print(f"wrote {out}")
