@@ -14,6 +14,7 @@ from collections.abc import Callable
 import httpx
 
 from kvserve.config import KVServeConfig
+from kvserve.serve_config import NODE_ENV
 
 
 def _ray_env(cfg: KVServeConfig) -> dict[str, str]:
@@ -22,9 +23,7 @@ def _ray_env(cfg: KVServeConfig) -> dict[str, str]:
     env = {
         # Replicas report routing stats often; the controller must not treat this as slow.
         "RAY_SERVE_REQUEST_ROUTING_STATS_PERIOD_S": str(cfg.router.stats_period_s),
-        # The HTTP proxy calls the ingress over gRPC, not Ray's object streaming: every streamed
-        # chunk crosses this hop, and gRPC costs both ends about half the CPU (bench.serving_path).
-        "RAY_SERVE_PROXY_USE_GRPC": "1",
+        **NODE_ENV,  # Serve's proxy -> ingress hop over gRPC (kvserve.serve_config)
         # Keep vLLM usage stats off (no network here) and its logs readable.
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from kvserve import __version__
+from kvserve.serve_config import node_env_prefix
 from kvserve.config import DEFAULT_MODEL, ConfigError, KVServeConfig, load_config, require_servable
 from kvserve.helm_values import worker_bounds
 
@@ -218,13 +219,13 @@ def render(
     head_setup = [write_config_command(cfg)]
     head_start = [
         "ray stop",
-        "ulimit -n 65536; ray start --head "
+        f"ulimit -n 65536; {node_env_prefix()} ray start --head "
         f"--port={ports.gcs} --dashboard-host=0.0.0.0 --dashboard-port={ports.dashboard} "
         f"--autoscaling-config=~/ray_bootstrap_config.yaml {ports.flags()}".rstrip(),
     ]
     if deploy:
         head_start.append(f"kvserve deploy --config {CONFIG_PATH} --address {deploy_address}")
-    worker_start = ["ray stop", f"ulimit -n 65536; ray start --address=$RAY_HEAD_IP:{ports.gcs} {ports.flags()}".rstrip()]
+    worker_start = ["ray stop", f"ulimit -n 65536; {node_env_prefix()} ray start --address=$RAY_HEAD_IP:{ports.gcs} {ports.flags()}".rstrip()]
 
     out: dict[str, Any] = {
         "cluster_name": cluster_name or f"kvserve-{target.name}",

@@ -16,6 +16,16 @@ import yaml
 from kvserve.config import KVServeConfig
 
 IMPORT_PATH = "deployments.app:build_app"
+# Env of every Ray node that serves kvserve, set where Ray starts (the local launcher, ray up's `ray start`,
+# the chart's containers): Serve's HTTP proxy reaches the ingress over gRPC rather than Ray's object
+# streaming. Every streamed chunk crosses that hop, and gRPC costs both ends about half the CPU per
+# chunk (docs/BENCHMARKS.md, "Overhead vs bare vLLM"). The ingress -> replica hop picks gRPC in code.
+NODE_ENV = {"RAY_SERVE_PROXY_USE_GRPC": "1"}
+
+
+def node_env_prefix() -> str:
+    """NODE_ENV as a shell prefix for `ray start`."""
+    return " ".join(f"{k}={v}" for k, v in sorted(NODE_ENV.items()))
 ROUTE_PREFIX = "/"
 REPLICA_DEPLOYMENT, INGRESS_DEPLOYMENT = "LLMReplica", "Ingress"
 

@@ -115,7 +115,7 @@ def test_ports_are_all_configurable_for_a_second_cluster_on_one_machine():
     for flag in ("--port=16379", "--dashboard-port=18265", "--ray-client-server-port=20001",
                  "--dashboard-agent-listen-port=22365", "--metrics-export-port=23000", "--address 127.0.0.1:16379"):
         assert flag in head
-    assert out["worker_start_ray_commands"][-1].startswith("ulimit -n 65536; ray start --address=$RAY_HEAD_IP:16379")
+    assert out["worker_start_ray_commands"][-1].startswith("ulimit -n 65536; RAY_SERVE_PROXY_USE_GRPC=1 ray start --address=$RAY_HEAD_IP:16379")
 
 
 def test_cli_renders_a_user_config(tmp_path, capsys):
@@ -132,3 +132,21 @@ def test_replica_that_cannot_fit_a_worker_is_rejected():
     cfg = KVServeConfig.model_validate({**target.kvserve, "engine": {**target.kvserve["engine"], "tensor_parallel_size": 2}})
     with pytest.raises(ValueError, match="cannot fit"):
         render(target, cfg)
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_every_ray_start_carries_the_node_env(name):
+    """Serve's proxy -> ingress hop runs over gRPC on every node (kvserve.serve_config.NODE_ENV)."""
+    from kvserve.serve_config import node_env_prefix
+
+    cfg = yaml.safe_load(render_text(TARGETS[name]))
+    starts = [c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in cfg[key] if "ray start" in c]
+    assert len(starts) == 2 and all(f"{node_env_prefix()} ray start" in c for c in starts)
+
+
+def test_the_local_launcher_sets_the_node_env():
+    from cluster.local import _ray_env
+    from kvserve.serve_config import NODE_ENV
+
+    env = _ray_env(KVServeConfig.model_validate({"tenants": {"open_mode": True}}))
+    assert {k: env[k] for k in NODE_ENV} == NODE_ENV

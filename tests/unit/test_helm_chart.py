@@ -18,6 +18,7 @@ import yaml
 helm_python = pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) renders the chart")
 
 from kvserve.config import ConfigError, KVServeConfig  # noqa: E402
+from kvserve.serve_config import NODE_ENV  # noqa: E402
 from kvserve.helm_values import (  # noqa: E402
     CHART_DIR,
     load_values,
@@ -137,6 +138,17 @@ def test_worker_group_matches_config(path):
         assert group["template"]["spec"]["tolerations"]
     else:
         assert gpus is None
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_every_ray_container_gets_the_node_env(path):
+    """Serve's proxy -> ingress hop runs over gRPC on every node (kvserve.serve_config.NODE_ENV)."""
+    cluster = _one(path, "RayService")["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for pod in pods:
+        (container,) = pod["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert {k: env.get(k) for k in NODE_ENV} == NODE_ENV
 
 
 def test_autoscaling_on_sizes_worker_pods_from_replica_range():
