@@ -86,6 +86,9 @@ def bench(
     timeline: Optional[Path] = typer.Option(None, "--timeline", help="Per-second load/TTFT/replicas JSON (+ PNG)."),
 ) -> None:
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would bury the table
     import asyncio
 
     import httpx
