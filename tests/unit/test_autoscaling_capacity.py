@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -8,9 +7,8 @@ from hypothesis import strategies as st
 
 from autoscaling.capacity import per_replica_capacity, replicas_needed
 from kvserve.perf_model import EngineProfile
+from tests.shared_files import shared_file
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-H200 = SHARED / "profiles" / "h200-vllm0.24-llama8b-profile.json"
 
 # A small CPU-like profile with a deliberately noisy decode curve (larger context reads
 # faster at batch 4), so monotonicity cannot come from clean data alone.
@@ -99,9 +97,8 @@ def test_unreachable_targets_are_flagged():
     assert per_replica_capacity(NOISY, 10, 10, ttft_target_ms=5000, itl_target_ms=200).feasible
 
 
-@pytest.mark.skipif(not H200.exists(), reason="shared profiles not present")
 def test_h200_profile_sanity():
-    h200 = EngineProfile.load(H200)
+    h200 = EngineProfile.load(shared_file("profiles", "h200-vllm0.24-llama8b-profile.json"))
     # Short chat requests: one H200 takes well over 10 req/s at loose targets.
     chat = replicas_needed(h200, 10, 1000, 100, 2000, 200)
     assert chat.replicas == 1 and chat.feasible and chat.decode_batch >= 128

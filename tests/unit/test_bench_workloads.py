@@ -15,8 +15,8 @@ from bench.prepare import LoadSpec, apply_load, parse_policies
 from bench.fake_tokenizer import FakeTokenizer
 from bench.tokens import SafeVocab
 from bench.workloads import multi_tenant, trace
+from tests.shared_files import shared_file
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +104,8 @@ def test_trace_truncates_to_context(vocab, tmp_path):
     assert wl.requests[0].prompt_tokens == 36 and wl.params["truncated_to_context"] == 1
 
 
-@pytest.mark.skipif(not (SHARED / "traces" / "mooncake_synthetic_trace.jsonl").exists(), reason="no ../shared")
 def test_real_mooncake_trace_prefix_sharing(vocab):
-    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
+    path = shared_file("traces", "mooncake_synthetic_trace.jsonl")
     wl = trace(vocab, path, length_scale=0.02, max_requests=200, max_model_len=2048, seed=0)
     rows = [json.loads(line) for line, _ in zip(open(path), range(200))]
     bl = wl.params["block_tokens"]

@@ -17,6 +17,7 @@ import yaml
 
 helm_python = pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) renders the chart")
 
+from tests.shared_files import shared_file  # noqa: E402
 from kvserve.config import ConfigError, KVServeConfig  # noqa: E402
 from kvserve.serve_config import NODE_ENV  # noqa: E402
 from kvserve.helm_values import (  # noqa: E402
@@ -59,8 +60,7 @@ def _one(path: Path | None, kind: str) -> dict:
 
 @functools.cache
 def _rayservice_validator() -> jsonschema.Draft7Validator:
-    if not KUBERAY_CRD.exists():
-        pytest.skip(f"KubeRay CRD not found at {KUBERAY_CRD} (../shared absent)")
+    shared_file("schemas", KUBERAY_CRD.name)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRD is 1 MB of YAML
     crd = yaml.load(KUBERAY_CRD.read_text(), Loader=loader)  # noqa: S506 - a safe loader
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.shared_files import shared_file
 from kvserve.config import RouterConfig
 from kvserve.perf_model import EngineProfile
 from router.base import ReplicaLoad
@@ -22,7 +23,6 @@ from router.cost import (
     uncached_tokens,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 PARAMS = CostParams(prefill_ms_per_token=2.0, decode_ms_per_seq=4.0, cache_miss_weight=1.0, active_token_weight=0.5)
 
 loads = st.builds(
@@ -103,9 +103,7 @@ def test_params_come_from_router_config():
 
 
 def test_config_from_measured_profile():
-    path = SHARED / "profiles" / "h200-vllm0.24-llama8b-profile.json"
-    if not path.exists():
-        pytest.skip("../shared profiles not present")
+    path = shared_file("profiles", "h200-vllm0.24-llama8b-profile.json")
     profile = EngineProfile.load(path)
     base = RouterConfig(tie_tolerance=0.2)
     cfg = config_from_profile(profile, base)

@@ -12,16 +12,10 @@ from kvserve.cli import app
 from kvserve.sim.runner import AUTOSCALING_KEYS, PACKAGED_PROFILE, ROUTING_KEYS, default_kv_blocks
 from kvserve.sim.workloads import load_trace
 from kvserve.perf_model import EngineProfile
-
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-
+from tests.shared_files import shared_file
 
 def _shared_trace() -> Path:
-    """The shared folder is always laid beside the checkout (CI has it), so its absence fails, never skips."""
-    path = SHARED / "traces" / "mooncake_synthetic_trace.jsonl"
-    if not path.exists():
-        pytest.fail(f"{path.resolve()} is missing: these tests need the project's shared/ folder beside the checkout")
-    return path
+    return shared_file("traces", "mooncake_synthetic_trace.jsonl")
 
 
 def _tiny_trace(path: Path) -> Path:
