@@ -3,10 +3,13 @@
 # (../shared/gpu/README.md: vLLM 0.24 + Ray 2.60 unpacked in /tmp/site, the 8B shape in /tmp/model8b).
 #   bash bench/gpu_tables.sh overhead OUT    kvserve (1 replica) vs vLLM's own server -> OUT/gpu-overhead.json
 #   bash bench/gpu_tables.sh router-ab OUT   4 replicas on one GPU, routers A/B     -> OUT/gpu-router-ab.json
+#   bash bench/gpu_tables.sh profile OUT     one engine on a quarter of the GPU       -> OUT/gpu-profile.json
+#   bash bench/gpu_tables.sh ab-start        router-ab detached into /tmp/ab (outlives a device call's limit)
+#   bash bench/gpu_tables.sh ab-wait OUT [S] waits up to S s for it, then copies /tmp/ab to OUT
 # Each writes its JSON as it goes, so a run cut short keeps what it measured.
 set -uo pipefail
-what=${1:?overhead or router-ab}
-out=${2:?output folder}
+what=${1:?overhead, router-ab, profile, ab-start or ab-wait}
+out=${2:-/tmp/ab}
 mkdir -p "$out"
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0
 py=python3
@@ -26,7 +29,7 @@ router-ab)
   # The bench waits for every replica itself (/ready); it redeploys each policy on cold engines.
   $py -m kvserve.cli bench --config $cfg --workload multi-tenant --tenants 32 --tenant-skew zipf:1.1 \
     --system-tokens 2000 --question-tokens 50 --output-tokens 64 --concurrency 64 --requests "${REQUESTS:-600}" \
-    --policies "${POLICIES:-pow2,ray_prefix,kvserve}" --ready-timeout 300 --timeout 300 \
+    --policies "${POLICIES:-round_robin,pow2,ray_prefix,kvserve}" --ready-timeout 300 --timeout 300 \
     --json "$out/gpu-router-ab.json" --requests-jsonl /tmp/router-ab.requests.jsonl
   rc=$?
   kill -INT -- -$pid 2>/dev/null; sleep 10; /tmp/site/bin/ray stop --force > /dev/null 2>&1
@@ -34,8 +37,24 @@ router-ab)
   tail -200 /tmp/serve.log > "$out/router-ab.serve.log"
   exit $rc
   ;;
+profile)
+  # The replicas' own engine settings and share, so the simulator models the engines the A/B ran on.
+  $py -m kvserve.cli profile --config bench/configs/gpu-8b-4replicas.yaml --out "$out/gpu-profile.json" \
+    --prompt-sizes 256,512,1024,2048,4000 --fractions 0,0.5,0.9 --batches 1,2,4,8,16,32,64 --contexts 1024,2048 --reps 3
+  ;;
+ab-start)
+  mkdir -p /tmp/ab
+  setsid bash "$0" router-ab /tmp/ab > /tmp/ab/run.log 2>&1 < /dev/null &
+  echo $! > /tmp/ab/pid
+  ;;
+ab-wait)
+  deadline=$((SECONDS + ${3:-500}))
+  while kill -0 "$(cat /tmp/ab/pid)" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
+  cp -r /tmp/ab/. "$out/"
+  if kill -0 "$(cat /tmp/ab/pid)" 2>/dev/null; then echo "router-ab still running"; exit 3; fi
+  ;;
 *)
-  echo "usage: $0 overhead|router-ab OUT" >&2
+  echo "usage: $0 overhead|router-ab|profile OUT, ab-start, ab-wait OUT [S]" >&2
   exit 2
   ;;
 esac

@@ -87,7 +87,7 @@ def sim(
     decision_interval_s: float = typer.Option(1.0, "--decision-interval-s", help="How often the autoscaler is asked."),
     ttft_slo_ms: Optional[float] = typer.Option(None, "--ttft-slo-ms", help="Default: slo.ttft_p90_ms from config."),
     itl_slo_ms: Optional[float] = typer.Option(None, "--itl-slo-ms", help="Default: slo.itl_p90_ms from config."),
-    partition_oracle: int = typer.Option(0, "--partition-oracle", min=0, help="Routing mode, 2 replicas, multi-tenant: also simulate the N best-ranked static tenant splits (share within --partition-max-share) and report the one with the lowest p90 TTFT as `partition_oracle` -- a hindsight bound for routers that keep each tenant on one replica."),
+    partition_oracle: int = typer.Option(0, "--partition-oracle", min=0, help="Routing mode, multi-tenant: also simulate the N best-ranked static tenant splits (share within --partition-max-share; every split for 2 replicas and <= 20 tenants, else the best a seeded local search finds) and report the one with the lowest p90 TTFT as `partition_oracle` -- a hindsight bound for routers that keep each tenant on one replica."),
     partition_max_share: float = typer.Option(1.25, "--partition-max-share", min=1.0, help="Request share max/mean the partition oracle must keep."),
     config: Optional[Path] = typer.Option(None, "--config", help="kvserve YAML config (router, slo, autoscaling, engine sections)."),
     seed: int = typer.Option(0, "--seed"),

@@ -3,9 +3,12 @@
 A router that keeps every tenant on one replica (Ray's PrefixCacheAffinityRouter,
 and kvserve's once its families settle) is at best a static partition of the
 tenants. This module knows the whole workload in advance -- every tenant's
-request count -- and searches the partitions of two replicas:
+request count -- and searches static partitions of the tenants over the replicas:
 
-1. every split whose request share max/mean is within `max_share`;
+1. two replicas and at most 20 tenants: every split whose request share max/mean is within
+   `max_share`; more replicas or tenants: the splits a seeded local search reaches from many
+   shuffled greedy starts (moves and swaps of tenants that lower overflow, then imbalance), kept
+   within `max_share` -- a search, so the bound is "the best static split found";
 2. ranked by overflow: requests of the tenants whose prefixes do not fit their
    side's KV cache once the more popular tenants there are placed (those are
    the tenants that will be evicted and come back cold);
@@ -20,6 +23,7 @@ tenants over time is not covered).
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +50,7 @@ class StaticPartitionPolicy(RoutingPolicy):
 
 @dataclass(frozen=True)
 class Split:
-    side: dict[str, int]  # tenant -> 0 or 1
+    side: dict[str, int]  # tenant -> replica index (0..replicas-1)
     share: float  # request share max/mean
     overflow: int  # requests of tenants that do not fit their side's cache
 
@@ -107,18 +111,84 @@ def candidate_splits(requests: Sequence[SimRequest], kv_blocks: int, max_share: 
     return out
 
 
+def _rank_key(side: dict[str, int], replicas: int, counts: Counter, blocks: dict[str, int], kv_blocks: int,
+              max_share: float) -> tuple[float, int, float]:
+    """(share beyond max_share, overflow, share): a search from an unbalanced start first gets within the share."""
+    groups: list[list[str]] = [[] for _ in range(replicas)]
+    for t, r in side.items():
+        groups[r].append(t)
+    total = sum(counts.values())
+    share = max(sum(counts[t] for t in g) for g in groups) / (total / replicas)
+    return max(share - max_share, 0.0), sum(overflow(counts, blocks, g, kv_blocks) for g in groups), share
+
+
+def searched_splits(requests: Sequence[SimRequest], replicas: int, kv_blocks: int, max_share: float,
+                    starts: int = 64, seed: int = 0) -> list[Split]:
+    """Distinct splits over `replicas` within `max_share` from seeded greedy starts + local search, best first."""
+    counts = Counter(r.tenant for r in requests)
+    tenants = sorted(counts)
+    if len(tenants) < replicas:
+        raise ValueError(f"the partition oracle needs at least as many tenants as replicas ({replicas})")
+    blocks = prefix_blocks(requests)
+    rng = random.Random(seed)
+    found: dict[frozenset, Split] = {}
+    for start in range(starts):
+        order = sorted(tenants, key=lambda t: (-counts[t], t))
+        if start:  # the first start is the plain greedy order; the rest perturb it
+            rng.shuffle(order)
+        load = [0] * replicas
+        side: dict[str, int] = {}
+        for t in order:  # greedy: the least-loaded replica takes the next tenant
+            r = min(range(replicas), key=lambda i: (load[i], i))
+            side[t] = r
+            load[r] += counts[t]
+        best = _rank_key(side, replicas, counts, blocks, kv_blocks, max_share)
+        improved = True
+        while improved:  # first-improvement local search over moves and swaps
+            improved = False
+            for t in tenants:
+                for r in range(replicas):
+                    if r == side[t]:
+                        continue
+                    old = side[t]
+                    side[t] = r
+                    key = _rank_key(side, replicas, counts, blocks, kv_blocks, max_share)
+                    if key < best:
+                        best, improved = key, True
+                        break
+                    side[t] = old
+            for a in tenants:
+                for b in tenants:
+                    if side[a] >= side[b]:
+                        continue
+                    side[a], side[b] = side[b], side[a]
+                    key = _rank_key(side, replicas, counts, blocks, kv_blocks, max_share)
+                    if key < best:
+                        best, improved = key, True
+                    else:
+                        side[a], side[b] = side[b], side[a]
+        if best[0] > 1e-9:
+            continue
+        groups = frozenset(frozenset(t for t in tenants if side[t] == r) for r in range(replicas))
+        found.setdefault(groups, Split(dict(side), best[2], best[1]))
+    return sorted(found.values(), key=lambda s: (s.overflow, s.share, sorted(s.side.items())))
+
+
 def best_static_partition(setup, candidates: int = 100, max_share: float = 1.25) -> tuple[Split, RunResult]:  # type: ignore[no-untyped-def]
     """Simulate the `candidates` best-ranked splits of `setup` (a `runner.SimSetup`); the lowest p90 TTFT wins."""
-    if setup.replicas != 2:
-        raise ValueError("the partition oracle searches two-replica splits only")
-    splits = candidate_splits(setup.workload.requests, setup.engine.kv_blocks, max_share)[: max(candidates, 1)]
+    requests = setup.workload.requests
+    if setup.replicas == 2 and len({r.tenant for r in requests}) <= 20:
+        splits = candidate_splits(requests, setup.engine.kv_blocks, max_share)
+    else:
+        splits = searched_splits(requests, setup.replicas, setup.engine.kv_blocks, max_share, seed=setup.seed)
+    splits = splits[: max(candidates, 1)]
     if not splits:
         raise ValueError(f"no split of the tenants keeps the request share within {max_share}")
     best: tuple[float, Split, RunResult] | None = None
     for split in splits:
         res = Cluster(
             setup.workload, setup.profile, setup.engine, StaticPartitionPolicy(split.side),
-            replicas=2, router_cfg=setup.cfg.router, name="partition_oracle",
+            replicas=setup.replicas, router_cfg=setup.cfg.router, name="partition_oracle",
         ).run()
         p90 = latency_summary(res.requests, res.itl)["ttft_p90_ms"] or 0.0
         if best is None or p90 < best[0]:

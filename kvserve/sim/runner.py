@@ -152,7 +152,7 @@ def add_partition_oracle(
         "hindsight": True,
         "candidates": candidates,
         "max_share": max_share,
-        "replica_1_tenants": sorted(t for t, side in split.side.items() if side),
+        "replica_tenants": [sorted(t for t, side in split.side.items() if side == r) for r in range(setup.replicas)],
         "overflow_requests": split.overflow,
     }
     out["sim_wall_s"] += time.perf_counter() - t0

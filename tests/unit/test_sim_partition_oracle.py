@@ -15,7 +15,7 @@ from kvserve.config import KVServeConfig
 from kvserve.sim.cluster import Cluster
 from kvserve.sim.engine import EngineSettings
 from kvserve.sim.partition_oracle import (
-    StaticPartitionPolicy, best_static_partition, candidate_splits, overflow, prefix_blocks,
+    StaticPartitionPolicy, best_static_partition, candidate_splits, overflow, prefix_blocks, searched_splits,
 )
 from kvserve.sim.metrics import latency_summary
 from kvserve.sim.runner import ROUTING_KEYS, SimSetup
@@ -122,9 +122,47 @@ def test_best_static_partition_is_the_lowest_p90_of_the_simulated_candidates() -
     assert split.share <= 1.5
 
 
-def test_best_static_partition_needs_two_replicas() -> None:
-    with pytest.raises(ValueError, match="two-replica"):
-        best_static_partition(_setup(replicas=3), candidates=2)
+def test_searched_splits_on_more_replicas_are_static_within_share_and_ranked() -> None:
+    setup = _setup(replicas=3)
+    # 3 replicas: the most popular tenant alone carries 1.7x the mean share
+    splits = searched_splits(setup.workload.requests, 3, setup.engine.kv_blocks, max_share=2.0, starts=16, seed=1)
+    assert splits
+    keys = [(s.overflow, s.share) for s in splits]
+    assert keys == sorted(keys)
+    tenants = {r.tenant for r in setup.workload.requests}
+    for s in splits:
+        assert set(s.side) == tenants and set(s.side.values()) <= {0, 1, 2}
+        assert s.share <= 2.0 + 1e-9
+    # distinct as partitions: replica labels are interchangeable
+    groups = {frozenset(frozenset(t for t in s.side if s.side[t] == r) for r in range(3)) for s in splits}
+    assert len(groups) == len(splits)
+
+
+def test_searched_splits_reach_the_exhaustive_optimum_on_two_replicas() -> None:
+    setup = _setup()
+    exhaustive = candidate_splits(setup.workload.requests, setup.engine.kv_blocks, 1.5)
+    searched = searched_splits(setup.workload.requests, 2, setup.engine.kv_blocks, 1.5, starts=16)
+    assert (searched[0].overflow, searched[0].share) == (exhaustive[0].overflow, exhaustive[0].share)
+
+
+def test_best_static_partition_on_three_replicas_keeps_each_tenant_on_one() -> None:
+    split, res = best_static_partition(_setup(replicas=3), candidates=3, max_share=2.0)
+    homes: dict[str, set[str]] = defaultdict(set)
+    for r in res.requests:
+        homes[r.tenant].add(r.replica)  # type: ignore[arg-type]
+    assert all(len(v) == 1 for v in homes.values())
+    assert len({r.replica for r in res.requests}) <= 3 and split.share <= 2.0 + 1e-9
+
+
+def test_searched_splits_report_none_when_no_split_keeps_the_share() -> None:
+    setup = _setup(replicas=3)  # one tenant alone is 1.7x the mean: no split is within 1.5
+    assert searched_splits(setup.workload.requests, 3, setup.engine.kv_blocks, max_share=1.5, starts=8) == []
+
+
+def test_searched_splits_need_a_tenant_per_replica() -> None:
+    setup = _setup()
+    with pytest.raises(ValueError, match="at least as many tenants"):
+        searched_splits(setup.workload.requests, 9, setup.engine.kv_blocks, 1.5)
 
 
 def test_cli_adds_the_partition_oracle_row(tmp_path: Path) -> None:
@@ -142,9 +180,13 @@ def test_cli_adds_the_partition_oracle_row(tmp_path: Path) -> None:
     assert data["policies"]["partition_oracle"]["share_max_over_mean"] <= 1.5 + 1e-9
 
 
-def test_cli_refuses_the_partition_oracle_beyond_two_replicas(tmp_path: Path) -> None:
-    args = ["sim", "--workload", "multi-tenant", "--tenants", "4", "--system-tokens", "64", "--question-tokens", "8",
-            "--output-tokens", "4", "--concurrency", "4", "--requests", "20", "--replicas", "3", "--policies", "pow2",
-            "--partition-oracle", "2"]
+def test_cli_adds_the_partition_oracle_row_on_three_replicas(tmp_path: Path) -> None:
+    out = tmp_path / "p3.json"
+    args = ["sim", "--workload", "multi-tenant", "--tenants", "6", "--system-tokens", "64", "--question-tokens", "8",
+            "--output-tokens", "4", "--concurrency", "4", "--requests", "30", "--replicas", "3", "--policies", "pow2",
+            "--partition-oracle", "2", "--partition-max-share", "3", "--json", str(out)]
     r = CliRunner().invoke(app, args)
-    assert r.exit_code != 0 and "two-replica" in r.output
+    assert r.exit_code == 0, r.output
+    detail = json.loads(out.read_text())["details"]["partition_oracle"]
+    assert len(detail["replica_tenants"]) == 3
+    assert sorted(t for group in detail["replica_tenants"] for t in group) == [f"tenant-{i}" for i in range(6)]
