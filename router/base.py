@@ -43,10 +43,17 @@ class RoutingPolicy(ABC):
     """Ranks candidate replicas for a request. Pure: no Ray, no I/O, no clocks of its own."""
 
     name: ClassVar[str]
+    # True: `rank` also takes a mapping replica id -> load and reads only the replicas it
+    # scores, so a caller that keeps such a mapping (the simulator) need not list every replica.
+    takes_load_map: ClassVar[bool] = False
 
     @abstractmethod
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
-        """Replica ids, best first. `replicas` is non-empty and holds no draining replica."""
+        """Replica ids, best first. `replicas` is non-empty and holds no draining replica.
+
+        Every replica, or for a policy that scores a bounded candidate set (kvserve, at scale:
+        `router.candidates`) those candidates; the caller falls back to load alone past them.
+        """
 
     def on_routed(self, request: RouteRequest, replica_id: str, now: float) -> None:
         """The request was sent to `replica_id` (policies may record a speculative cache entry)."""

@@ -21,7 +21,8 @@ Layout (why it is fast): one global dict `hash -> set(replica ids holding it)`.
 A query walks the chain narrowing a candidate set with C-level set
 intersections, so a decision costs O(chain length + replicas), independent of
 how many blocks each replica caches. Expired speculative entries are purged
-eagerly from a heap, so the global dict never needs per-entry time checks.
+eagerly from a heap (one entry per routed request, not per block), so the
+global dict never needs per-entry time checks.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class PrefixIndex:
         self._where: dict[int, set[str]] = {}  # hash -> replicas holding it (confirmed or live speculative)
         self._confirmed: dict[str, set[int]] = {}
         self._speculative: dict[str, dict[int, float]] = {}  # replica -> hash -> expiry time
-        self._expiry_heap: list[tuple[float, str, int]] = []
+        self._expiry_heap: list[tuple[float, int, str, list[int]]] = []  # (expiry, seq, replica, hashes)
+        self._seq = 0
         self._last_heard: dict[str, float] = {}
 
     # ---- feeds -------------------------------------------------------------
@@ -85,14 +87,23 @@ class PrefixIndex:
         self._last_heard.setdefault(replica_id, now)
         confirmed = self._confirmed.setdefault(replica_id, set())
         spec = self._speculative.setdefault(replica_id, {})
+        where = self._where
         expiry = now + self.ttl_s
-        for h in block_hashes:
+        noted: list[int] = []
+        for h in block_hashes:  # the hot path of every decision: _link inlined
             if h in confirmed:
                 continue
             if h not in spec:
-                self._link(replica_id, h)
+                holders = where.get(h)
+                if holders is None:
+                    where[h] = {replica_id}
+                else:
+                    holders.add(replica_id)
             spec[h] = expiry
-            heapq.heappush(self._expiry_heap, (expiry, replica_id, h))
+            noted.append(h)
+        if noted:
+            self._seq += 1
+            heapq.heappush(self._expiry_heap, (expiry, self._seq, replica_id, noted))
 
     def on_replica_gone(self, replica_id: str) -> None:
         for h in self._confirmed.pop(replica_id, set()) | self._speculative.pop(replica_id, {}).keys():
@@ -166,11 +177,15 @@ class PrefixIndex:
     def _expire(self, now: float) -> None:
         heap = self._expiry_heap
         while heap and heap[0][0] <= now:
-            expiry, replica_id, h = heapq.heappop(heap)
+            expiry, _, replica_id, hashes = heapq.heappop(heap)
             spec = self._speculative.get(replica_id)
-            # Skip entries refreshed by a later on_routed, confirmed, or whose replica is gone.
-            if spec is None or spec.get(h) != expiry:
-                continue
-            del spec[h]
-            if h not in self._confirmed.get(replica_id, ()):
-                self._unlink(replica_id, h)
+            if spec is None:
+                continue  # the replica is gone
+            confirmed = self._confirmed.get(replica_id, ())
+            for h in hashes:
+                # Skip entries refreshed by a later on_routed or already confirmed.
+                if spec.get(h) != expiry:
+                    continue
+                del spec[h]
+                if h not in confirmed:
+                    self._unlink(replica_id, h)

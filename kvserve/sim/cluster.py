@@ -239,9 +239,13 @@ class Cluster:
                 token_ids=req.token_ids,
                 expected_output_tokens=req.output_tokens,
             )
-        ranked = self.policy.rank(req.route, list(self.loads.values()), now)
-        # A full replica turns the request away and the router tries the next in its ranking.
+        loads = self.loads if self.policy.takes_load_map else list(self.loads.values())
+        ranked = self.policy.rank(req.route, loads, now)
+        # A full replica turns the request away and the router tries the next in its ranking;
+        # past a sampling policy's candidates, the least-loaded replica with room.
         rid = next((r for r in ranked if r in self.loads and self._has_room(r)), None)
+        if rid is None:
+            rid = min((r for r in self.loads if self._has_room(r)), key=lambda r: self.replicas[r].ongoing, default=None)
         if rid is None:
             raise RuntimeError(f"policy {self.name} ranked no routable replica with room")
         self.policy.on_routed(req.route, rid, now)

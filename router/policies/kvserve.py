@@ -9,7 +9,10 @@ flight there (Dynamo's decode-load term), plus the other families' prefixes a
 miss would push out of that replica's cache (`router.footprint`): families are
 packed so that the set living on each replica fits its cache.
 
-The minimum wins; replicas within `tie_tolerance` of it are shuffled with a
+Only candidates are scored (`router.candidates`): the replicas holding the
+prompt's prefix, the family's home, and `sample_replicas` others drawn at random,
+so a decision costs O(candidates), not O(replicas); with few replicas every one
+is a candidate. The minimum wins; replicas within `tie_tolerance` of it are shuffled with a
 seeded RNG, so a burst sharing one hot prefix spreads instead of herding onto
 whichever replica happened to win the first decision. A hot prefix spills to
 another replica by itself once its home's queued work costs more than
@@ -22,11 +25,12 @@ import heapq
 import itertools
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
+from router.candidates import candidate_ids
 from router.cost import CostParams, cost_terms_ms
 from router.footprint import Footprints
 from router.index import PrefixIndex
@@ -73,8 +77,12 @@ class _Pending:
             self.drop(heapq.heappop(heap)[2])
 
 
+Loads = Sequence[ReplicaLoad] | Mapping[str, ReplicaLoad]
+
+
 class KVServePolicy(RoutingPolicy):
     name = "kvserve"
+    takes_load_map = True
 
     def __init__(
         self,
@@ -90,6 +98,7 @@ class KVServePolicy(RoutingPolicy):
         self.block_size = block_size
         self.index = PrefixIndex(cfg.speculative_ttl_s, cfg.stale_after_s)
         self._rng = random.Random(seed)
+        self._sample_rng = random.Random(f"{seed}:candidates")  # apart, so ties shuffle as without sampling
         self._inflight: dict[str, dict[str, _InFlight]] = {}  # replica -> request id -> what we sent
         self._pending: dict[str, _Pending] = {}  # replica -> our requests predicted still prefilling
         self._seq = itertools.count()  # heap tie-breaker
@@ -103,8 +112,8 @@ class KVServePolicy(RoutingPolicy):
 
     # ---- decision ----------------------------------------------------------
 
-    def costs(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> dict[str, float]:
-        """Routing cost (ms) per replica for `request`: `router.cost.routing_cost_ms` with our in-flight work."""
+    def costs(self, request: RouteRequest, replicas: Loads, now: float) -> dict[str, float]:
+        """Routing cost (ms) per candidate replica for `request`: `router.cost.routing_cost_ms` with our in-flight work."""
         return {rid: c for rid, (c, _) in self._evaluate(request, replicas, now).items()}
 
     @staticmethod
@@ -112,7 +121,11 @@ class KVServePolicy(RoutingPolicy):
         hashes = request.block_hashes
         return hashes[min(1, len(hashes) - 1)] if hashes else None
 
-    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:
+    def rank(self, request: RouteRequest, replicas: Loads, now: float) -> list[str]:
+        """Candidate replica ids, best first (every replica while they are few; `router.candidates`).
+
+        `replicas` may be a mapping replica id -> load, read only for the candidates.
+        """
         costs = self.costs(request, replicas, now)
         best = min(costs.values())
         # Stickiness: a family stays on its home (the replica it last went to) when home holds its
@@ -157,19 +170,22 @@ class KVServePolicy(RoutingPolicy):
             return False
         return all(n < held for rid, n in matches.items() if rid != home and rid in last[2])
 
-    def _evaluate(
-        self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float
-    ) -> dict[str, tuple[float, float]]:
-        """replica -> (routing cost ms, predicted TTFT ms); remembered for the on_routed that follows."""
+    def _evaluate(self, request: RouteRequest, replicas: Loads, now: float) -> dict[str, tuple[float, float]]:
+        """candidate replica -> (routing cost ms, predicted TTFT ms); remembered for the on_routed that follows."""
+        loads = replicas if isinstance(replicas, Mapping) else {load.replica_id: load for load in replicas}
         matches = self.index.match(request.block_hashes, now)
+        family = self._family(request)
+        home = self._home.get(family) if family is not None else None
+        ids = candidate_ids(matches, list(loads), loads, self.cfg.sample_replicas, self._sample_rng,
+                            (home[0],) if home else ())
         bs = self._block_size(request)
         prompt = request.num_prompt_tokens
         params, active = self.params, self._active
-        family, fp_weight = self._family(request), self.cfg.footprint_weight * params.prefill_ms_per_token
+        fp_weight = self.cfg.footprint_weight * params.prefill_ms_per_token
         fp_tokens, headroom = len(request.block_hashes) * bs, self.cfg.footprint_headroom
         out: dict[str, tuple[float, float]] = {}
-        for load in replicas:
-            rid = load.replica_id
+        for rid in ids:
+            load = loads[rid]
             queued, running = self._known_load(load, now)
             uncached = prompt - matches.get(rid, 0) * bs
             cost, ttft = cost_terms_ms(queued, running, load.kv_usage, uncached, active.get(rid, 0), params)
@@ -186,7 +202,7 @@ class KVServePolicy(RoutingPolicy):
         last = self._last
         if last is None or last[0] != request.request_id or replica_id not in last[2]:
             # Routed without a matching rank call: evaluate with only what we know ourselves.
-            self._evaluate(request, [ReplicaLoad(replica_id)], now)
+            self._evaluate(request, {replica_id: ReplicaLoad(replica_id)}, now)
             last = self._last
         assert last is not None
         self._last = None
