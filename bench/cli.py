@@ -48,6 +48,7 @@ def _expected_replicas(num_replicas: int | None, autoscaled: bool) -> int | None
 
 
 def bench(
+    ctx: typer.Context,
     workload: WorkloadKind = typer.Option(WorkloadKind.multi_tenant, "--workload", help="multi-tenant or trace"),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="Mooncake JSONL trace (--workload trace)."),
     url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The kvserve endpoint."),
@@ -86,6 +87,8 @@ def bench(
     timeline: Optional[Path] = typer.Option(None, "--timeline", help="Per-second load/TTFT/replicas JSON (+ PNG)."),
 ) -> None:
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
+    if ctx.invoked_subcommand:
+        return  # `kvserve bench micro`: the subcommand runs alone
     import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would bury the table
@@ -213,6 +216,11 @@ def bench(
 def register(app: typer.Typer) -> None:
     from bench.overhead_cli import overhead
 
-    app.command("bench")(bench)
+    from bench.router_micro import main as micro
+
+    group = typer.Typer(add_completion=False)
+    group.callback(invoke_without_command=True)(bench)
+    group.command("micro")(micro)
+    app.add_typer(group, name="bench")
     app.command("bench-overhead")(overhead)
 

@@ -117,8 +117,9 @@ def run(
     in_flight: list[tuple[RouteRequest, str]] = []
     for n, req in enumerate(requests):
         now = 1.0 + n * 0.002  # 500 decisions/s: speculative entries pile up for the full TTL
-        for rid in rng.sample(ids, stats_per_decision):  # stats reports arriving meanwhile
+        for rid in rng.sample(ids, stats_per_decision):  # stats reports arriving meanwhile (and heartbeats)
             loads[rid] = fresh_load(rid, ongoing[rid])
+            policy.on_cache_events(rid, (), (), now)
         c0, t0 = time.process_time_ns(), time.perf_counter_ns()
         chosen = policy.rank(req, loads, now)[0]
         last = policy._last  # this decision's prefix matches, for the sanity check below

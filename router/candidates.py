@@ -7,8 +7,8 @@ such replica, and the best of a few random ones is nearly that (power of k choic
 with k = 16 the chance that none of them is among the 20% least-loaded is 0.8^16 ≈ 3%).
 
 So the candidates are
-- the replicas holding the prompt's prefix (from the prefix index), longest match
-  first, at most `sample` of them (a random pick among those tied at the cut);
+- the replicas holding the prompt's prefix (from the prefix index), at most
+  `sample` of them: the longest matches, a random pick among those tied at the cut;
 - the replicas in `always` (the caller's own reasons: e.g. a prefix family's home);
 - `sample` other replicas drawn at random: the cost model then picks the least-loaded.
 
@@ -25,7 +25,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 
 
 def prefix_holders(matches: Mapping[str, int], routable: Container[str], limit: int, rng: random.Random) -> list[str]:
-    """Routable replicas in `matches` (replica -> leading blocks held), longest match first, at most `limit`.
+    """Routable replicas in `matches` (replica -> leading blocks held): at most `limit`, the longest matches kept.
 
     Holders tied at the cut are picked at random: a hot prefix cached on many replicas
     must not always offer the same few.
