@@ -66,8 +66,9 @@ bench-live-routing: install
 	  --plot $(IMG)/live-routing-cpu-ttft-cdf.png
 	$(COLLECT) $(RESULTS)/live-routing-cpu.json live=$(WORK)/live-routing-seed$(SEED).json
 
-# Routing in the simulator (~5 min): the router-defaults scenarios over SEEDS, with the hindsight
-# partition bound, and the Mooncake trace at cluster scale (16 replicas at 1x/4x/10x its rate, 1,000).
+# Routing in the simulator (~10 min): the router-defaults scenarios over SEEDS, with the hindsight
+# partition bound, and the Mooncake trace at cluster scale (16 replicas at 1x/4x/10x its rate, 1,000),
+# with sampled against exhaustive scoring on the trace tiled to 12,000 requests (bench/routing_scale.py).
 bench-sim-routing: install
 	@rm -rf $(WORK)/sim-routing && mkdir -p $(WORK)/sim-routing
 	for s in $(SEEDS); do \
@@ -92,18 +93,23 @@ bench-sim-routing: install
 	$(KV) sim --trace $(TRACE) --replicas 16 --policies pow2,approx_tree,ray_prefix,kvserve --time-scale 0.1 \
 	  --json $(WORK)/sim-routing/trace16-x10.json
 	$(KV) sim --trace $(TRACE) --replicas 1000 --policies kvserve --json $(WORK)/sim-routing/trace1000.json
+	$(BIN)/python -m bench.routing_scale --trace $(TRACE) --replicas 16,1000 --requests 12000 \
+	  --json $(WORK)/sim-routing/sampling.json
 	$(COLLECT) $(RESULTS)/sim-routing-scale.json trace16_x1=$(WORK)/sim-routing/trace16-x1.json \
 	  trace16_x4=$(WORK)/sim-routing/trace16-x4.json trace16_x10=$(WORK)/sim-routing/trace16-x10.json \
-	  trace1000=$(WORK)/sim-routing/trace1000.json
+	  trace1000=$(WORK)/sim-routing/trace1000.json sampling=$(WORK)/sim-routing/sampling.json
 
-# The kvserve routing core's per-decision latency (rank + on_routed), 64 and 1,000 replicas.
+# The kvserve routing core's per-decision latency (rank + on_routed, with the simulator's load and
+# footprint state), 64 and 1,000 replicas; at 1,000 also scoring every replica.
 bench-micro: install
 	@mkdir -p $(WORK)
-	$(BIN)/python -m bench.router_micro --replicas 64 --blocks 10000 --decisions 5000 > $(WORK)/micro-64.json
-	$(BIN)/python -m bench.router_micro --replicas 64 --blocks 10000 --decisions 5000 --gc-freeze > $(WORK)/micro-64-freeze.json
-	$(BIN)/python -m bench.router_micro --replicas 1000 --blocks 10000 --decisions 500 > $(WORK)/micro-1000.json
+	$(KV) bench micro --replicas 64 --blocks 10000 --decisions 5000 > $(WORK)/micro-64.json
+	$(KV) bench micro --replicas 64 --blocks 10000 --decisions 5000 --gc-freeze > $(WORK)/micro-64-freeze.json
+	$(KV) bench micro --replicas 1000 --blocks 10000 > $(WORK)/micro-1000.json
+	$(KV) bench micro --replicas 1000 --blocks 10000 --decisions 500 --exhaustive > $(WORK)/micro-1000-exhaustive.json
 	$(COLLECT) $(RESULTS)/router-micro.json replicas64=$(WORK)/micro-64.json \
-	  replicas64_gc_freeze=$(WORK)/micro-64-freeze.json replicas1000=$(WORK)/micro-1000.json
+	  replicas64_gc_freeze=$(WORK)/micro-64-freeze.json replicas1000=$(WORK)/micro-1000.json \
+	  replicas1000_exhaustive=$(WORK)/micro-1000-exhaustive.json
 
 # The autoscaling suite in the simulator (~15 min): step, burst, diurnal and the Mooncake trace;
 # seed 0 against fixed_max and serve_default, kvserve alone on the other SEEDS.
