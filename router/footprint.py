@@ -53,8 +53,8 @@ class Footprints:
 
         0 when the family already lives there or the replica has room; at most `tokens`.
         """
-        if capacity <= 0:
-            return 0
+        if capacity <= 0 or self._tokens.get(replica, 0) + tokens <= capacity:
+            return 0  # fits even counting families past the window (dropped lazily, when it matters)
         demand = self.demand(replica, now)
         fams = self._families.get(replica)
         if fams and family in fams:
