@@ -1,6 +1,6 @@
 """Which replicas a routing decision scores: the prefix holders plus a bounded random sample (pure).
 
-Scoring every replica makes a decision cost O(replicas): ~2.5 ms at 1,000 replicas,
+Scoring every replica makes a decision cost O(replicas): ~4 ms of CPU at 1,000 replicas,
 too slow for a router in front of 1,000 GPUs. Most replicas cannot win anyway: a
 replica that holds none of the prompt's prefix is only as good as the least-loaded
 such replica, and the best of a few random ones is nearly that (power of k choices;
