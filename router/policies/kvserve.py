@@ -12,7 +12,9 @@ packed so that the set living on each replica fits its cache.
 Only candidates are scored (`router.candidates`): the replicas holding the
 prompt's prefix, the family's home, and `sample_replicas` others drawn at random,
 so a decision costs O(candidates), not O(replicas); with few replicas every one
-is a candidate. The minimum wins; replicas within `tie_tolerance` of it are shuffled with a
+is a candidate.
+
+The minimum wins; replicas within `tie_tolerance` of it are shuffled with a
 seeded RNG, so a burst sharing one hot prefix spreads instead of herding onto
 whichever replica happened to win the first decision. A hot prefix spills to
 another replica by itself once its home's queued work costs more than
