@@ -54,7 +54,10 @@ class Ingress:
     async def __init__(self, llm_handle: Any, config: dict) -> None:  # type: ignore[misc]
         from deployments.metrics import IngressMetrics
 
+        from deployments.openapi import install as install_openapi
+
         self.cfg = KVServeConfig.model_validate(config)
+        install_openapi(app, self.cfg)  # /openapi.json with vLLM's request models and our limits
         self.llm = llm_handle
         self.auth = TenantAuth(self.cfg.tenants)
         self.metrics = IngressMetrics()
