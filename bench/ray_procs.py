@@ -4,7 +4,9 @@ which run on the cluster's head machine (they signal and sample these pids with 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -28,6 +30,10 @@ class ServeProcesses:
 
 def serve_processes(app_name: str = "kvserve") -> ServeProcesses:
     """The live actors' pids (Ray's state API on the local cluster)."""
+    if "RAY_AUTH_MODE" not in os.environ and (Path.home() / ".ray" / "auth_token").exists():
+        # A local cluster started with token auth (Ray's default now) keeps its token there; a
+        # client process that did not start the cluster must opt in to send it.
+        os.environ["RAY_AUTH_MODE"] = "token"
     from ray.util.state import list_actors
 
     procs = ServeProcesses()

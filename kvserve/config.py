@@ -193,9 +193,10 @@ class RouterConfig(_Section):
     stats_period_s: float = Field(0.5, gt=0, description="How often replicas report routing stats (cache + load).")
     stale_after_s: float = Field(10.0, gt=0, description="A replica silent for this long drops out of the index.")
     silent_after_periods: float = Field(
-        4.0, gt=0, description="A replica whose routing stats are older than this many stats periods gets no "
-        "new requests while another replica reports (a replica whose engine died is dropped at its next report). "
-        "Above 2: on a busy 2-core host, reports arrive up to ~1 s late and a live replica must not flap."
+        6.0, gt=0, description="A replica whose routing stats are older than this many stats periods gets no "
+        "new requests while another replica reports (a replica whose engine died is dropped at its next report, "
+        "one that died is dropped by Serve). Not 2: on a saturated 2-core host a live replica's reports arrive "
+        "seconds late."
     )
 
 

@@ -48,11 +48,12 @@ def exclusions(stats: Mapping[str, Mapping | None], avoid: Collection[str], now:
 
 def live_ids(stats: Mapping[str, Mapping | None], avoid: Collection[str], now: float, silent_after_s: float,
              log: DropLog | None = DROPS) -> list[str]:
-    """The replicas to rank, in the given order. All of them when every one is excluded: with no
-    better choice, Serve's own queueing and the ingress's retries decide."""
+    """The replicas to rank, in the given order. Silence is the weaker verdict (a live replica on a
+    saturated host reports late too): when only silent ones are left, they are kept; when every
+    replica is dead or failed this request, all are (Serve's queueing and the retries decide)."""
     out = exclusions(stats, avoid, now, silent_after_s)
     if log is not None:
         for rid, reason in out.items():
             log.note(rid, reason, now)
     keep = [rid for rid in stats if rid not in out]
-    return keep or list(stats)
+    return keep or [rid for rid in stats if out.get(rid) == SILENT] or list(stats)

@@ -35,8 +35,8 @@ def test_a_request_avoids_replicas_it_failed_on_without_condemning_them():
 
 
 def test_when_every_replica_is_excluded_all_are_kept():
-    stats = {"a": {"engine_dead": True}, "b": {"ts": NOW - 100}}
-    assert live_ids(stats, (), NOW, 2.0, None) == ["a", "b"]
+    stats = {"a": {"engine_dead": True}, "b": {"ts": NOW}}
+    assert live_ids(stats, ["b"], NOW, 2.0, None) == ["a", "b"]
 
 
 def test_drop_log_keeps_the_first_drop_and_is_bounded():
@@ -60,3 +60,10 @@ def test_live_ids_is_a_nonempty_ordered_subset_without_excluded_ones(stats, avoi
         assert ids
     if len(excluded) < len(stats):
         assert not set(ids) & set(excluded)
+
+
+def test_a_late_reporter_is_kept_when_the_only_other_replica_is_dead():
+    """Silence is weaker than death: never send a request back to a dead engine to avoid a slow one."""
+    stats = {"dead": {"engine_dead": True, "ts": NOW}, "late": {"ts": NOW - 5}}
+    assert live_ids(stats, (), NOW, 2.0, None) == ["late"]
+    assert live_ids({"a": {"ts": NOW - 5}, "b": {"ts": NOW}}, ["b"], NOW, 2.0, None) == ["a"]
