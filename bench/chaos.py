@@ -4,7 +4,9 @@ mid-load, then count what the clients saw.
 
 - lost: requests that failed without producing any output. For the replica faults that must be
   zero (the ingress re-sends them); for an ingress restart, the requests that were in flight on
-  the killed process are counted apart (they had nowhere to be re-sent from).
+  the killed process are counted apart (they had nowhere to be re-sent from). A 503/429 saying
+  "overloaded, retry later" (with Retry-After) is counted apart too (`shed_overloaded`): the
+  survivors' capacity, not the fault, refused it.
 - cut mid-stream: requests that had tokens when their replica died; each should end with an SSE
   error event (`cut_with_error_event`), not a dropped connection.
 - hit rate over the `window_s` before the fault and after it; times to drop the dead replica
@@ -101,7 +103,11 @@ def summarize(fault: Fault, results: Sequence[RequestResult], polls: Sequence[Po
         return _rel(r, t0) < fault_s <= (r.done_at or r.start) - t0
 
     cut = [r for r in failed if r.output_tokens > 0]
-    unstarted = [r for r in failed if r.output_tokens == 0]
+    # A 503/429 that says "overloaded, retry later" is the server shedding load the survivors cannot
+    # carry (capacity, not the fault's requests): counted apart from requests the fault lost.
+    shed = [r for r in failed if r.output_tokens == 0 and r.status in (429, 503)
+            and r.error_detail not in ("code: engine_dead", "code: replica_lost")]
+    unstarted = [r for r in failed if r.output_tokens == 0 and r not in shed]
     if fault.kind == "restart-ingress":
         lost = [r for r in unstarted if not in_flight_at_fault(r)]
         lost_in_flight = [r for r in failed if in_flight_at_fault(r)]
@@ -116,6 +122,7 @@ def summarize(fault: Fault, results: Sequence[RequestResult], polls: Sequence[Po
         "ok": len(results) - len(failed),
         "lost": len(lost),
         "failed_in_flight_on_killed_process": len(lost_in_flight),
+        "shed_overloaded": len(shed),
         "cut_mid_stream": len(cut),
         "cut_with_error_event": sum(1 for r in cut if r.error == "stream_error"),
         "errors_by_status": dict(Counter(failure_key(r) for r in failed)),

@@ -14,8 +14,10 @@ T0 = 100.0
 
 
 def _r(start_s: float, ok: bool = True, *, out: int = 4, took: float = 1.0, status: int | None = 200,
-       error: str | None = None, prompt: int = 100, cached: int = 80, replica: str = "a") -> RequestResult:
-    r = RequestResult(idx=0, start=T0 + start_s, ok=ok, status=status, error=error, output_tokens=out,
+       error: str | None = None, prompt: int = 100, cached: int = 80, replica: str = "a",
+       detail: str | None = None) -> RequestResult:
+    r = RequestResult(idx=0, start=T0 + start_s, ok=ok, status=status, error=error, error_detail=detail,
+                      output_tokens=out,
                       prompt_tokens=prompt if ok else None, cached_tokens=cached if ok else None, replica=replica)
     r.elapsed_s = took
     r.ttft_s = 0.1 if out else None
@@ -45,14 +47,16 @@ def test_replica_fault_counts_unstarted_failures_as_lost_and_cut_streams_apart()
         _r(10), _r(59.5, took=2.0),  # before; one in flight at the fault, fine
         _r(59.8, ok=False, out=3, error="stream_error", took=1.0),  # cut mid-stream, with an event
         _r(59.9, ok=False, out=2, error="protocol: RemoteProtocolError", took=1.0),  # cut, no event
-        _r(61, ok=False, out=0, status=503, error="http_503"),  # never started: lost
+        _r(61, ok=False, out=0, status=503, error="http_503", detail="code: engine_dead"),  # lost
+        _r(62, ok=False, out=0, status=503, error="http_503", detail="code: service_unavailable"),  # shed
         _r(70, cached=0, replica="c"), _r(90, replica="c"),
     ]
     polls = [Poll(59.0, ["a", "b"], True), Poll(60.4, ["a", "b"], True, {"a": {"at": 1000.6, "reason": "engine_dead"}}),
              Poll(61.0, ["b"], False), Poll(75.0, ["b", "c"], True)]
     s = summarize(fault, results, polls, T0, ["a", "b"], window_s=60.0)
-    assert s["lost"] == 1 and s["cut_mid_stream"] == 2 and s["cut_with_error_event"] == 1
-    assert s["errors_by_status"] == {"stream_error": 1, "protocol: RemoteProtocolError": 1, "503": 1}
+    assert s["lost"] == 1 and s["shed_overloaded"] == 1
+    assert s["cut_mid_stream"] == 2 and s["cut_with_error_event"] == 1
+    assert s["errors_by_status"] == {"stream_error": 1, "protocol: RemoteProtocolError": 1, "503": 2}
     assert s["time_to_drop_s"] == 0.6 and s["drop_reason"] == "engine_dead"
     assert s["time_to_replacement_listed_s"] == 15.0 and s["time_to_ready_again_s"] == 15.0
     assert s["requests_on_replacement"] == 2
