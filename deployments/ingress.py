@@ -23,6 +23,7 @@ from ray import serve
 
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
+from deployments.lazy_fields import materialize_request
 from deployments.errors import APIError, error_body, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
@@ -145,6 +146,7 @@ class Ingress:
         model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
         with vllm_errors_as_api_errors():
             req = model_cls.model_validate(data)
+            materialize_request(req)  # lazily validated iterables -> lists (picklable, re-readable)
             # Sampling-parameter validation (temperature, top_p, ...) without touching an engine.
             req.to_sampling_params(req.max_tokens or 16, {})
             # Renders, and lets the tool/reasoning parser adjust `req` (e.g. a tool-call grammar).
