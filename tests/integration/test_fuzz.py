@@ -22,9 +22,12 @@ TOKENS_CAP = 16  # generation length is not what this test explores: keep valid 
 def _short(body):  # type: ignore[no-untyped-def]
     """Cap generation lengths the generator picked (a valid 4,096-token answer takes minutes on CPU)."""
     if isinstance(body, dict):
-        for key in ("max_tokens", "max_completion_tokens"):
-            if isinstance(body.get(key), int) and not isinstance(body[key], bool) and body[key] > TOKENS_CAP:
-                body[key] = TOKENS_CAP
+        lengths = [k for k in ("max_tokens", "max_completion_tokens")
+                   if isinstance(body.get(k), int) and not isinstance(body[k], bool)]
+        for key in lengths:
+            body[key] = min(body[key], TOKENS_CAP)
+        if not lengths and "model" in body:  # unset: vLLM generates up to the context's end
+            body["max_tokens"] = TOKENS_CAP
         if isinstance(body.get("n"), int) and not isinstance(body["n"], bool) and body["n"] > 2:
             body["n"] = 2
     return body
