@@ -24,7 +24,8 @@ from ray import serve
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
 from deployments.lazy_fields import materialize_request
-from deployments.errors import APIError, error_body, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
+from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
+                                 validate_model, vllm_errors_as_api_errors)
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
 from kvserve.config import KVServeConfig
@@ -145,7 +146,7 @@ class Ingress:
         renderer = await self.renderer()
         model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
         with vllm_errors_as_api_errors():
-            req = model_cls.model_validate(data)
+            req = validate_model(model_cls, data)
             materialize_request(req)  # lazily validated iterables -> lists (picklable, re-readable)
             # Sampling-parameter validation (temperature, top_p, ...) without touching an engine.
             req.to_sampling_params(req.max_tokens or 16, {})
@@ -335,7 +336,7 @@ class Ingress:
             serving = self._state.serving_tokenization
             if op == "detokenize":
                 with vllm_errors_as_api_errors():
-                    req = DetokenizeRequest.model_validate(data)
+                    req = validate_model(DetokenizeRequest, data)
                     validate_token_ids(serving, req.tokens, "tokens")
                     result = await serving.create_detokenize(req, request)
             else:
@@ -343,7 +344,7 @@ class Ingress:
                     check_messages(data["messages"], _content_part_types())
                 model_cls = TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest
                 with vllm_errors_as_api_errors():
-                    req = model_cls.model_validate(data)
+                    req = validate_model(model_cls, data)
                     result = await serving.create_tokenize(req, request)
             if type(result).__name__ == "ErrorResponse":
                 raise from_vllm(result)
