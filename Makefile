@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak
 
 install: $(STAMP)
 
@@ -157,6 +157,33 @@ bench-sim-fidelity: install
 	done
 	$(COLLECT) $(RESULTS)/sim-fidelity.json $(foreach s,$(FIDELITY_SEEDS),live=$(WORK)/live-routing-seed$(s).json) \
 	  $(foreach s,$(FIDELITY_SEEDS),sim=$(WORK)/sim-fidelity/sim-$(s).json)
+
+# Faults under load (issue 25): SIGKILL an engine process, a replica, the ingress, each mid-load on a
+# running `make serve` cluster (run on its machine: the bench signals Ray's actor pids). ~5 min each,
+# plus the replacement's start-up. Any lost request fails the target.
+CHAOS_RATE ?= 1.0
+CHAOS_DURATION ?= 240s
+CHAOS_AT ?= 90
+CHAOS_LOAD := $(MIX) --rate $(CHAOS_RATE) --duration $(CHAOS_DURATION) --chaos-at $(CHAOS_AT) --seed $(SEED)
+bench-chaos: install
+	$(call need_cluster,make serve)
+	@mkdir -p $(WORK)
+	for k in kill-engine kill-replica restart-ingress; do \
+	  $(KV) bench --url $(URL) $(CHAOS_LOAD) --chaos $$k --json $(WORK)/chaos-$$k.json || exit 1; \
+	done
+	$(COLLECT) $(RESULTS)/chaos-cpu.json kill_engine=$(WORK)/chaos-kill-engine.json \
+	  kill_replica=$(WORK)/chaos-kill-replica.json restart_ingress=$(WORK)/chaos-restart-ingress.json
+
+# Soak (issue 25): DURATION of steady open-loop load at RATE (~70% of this 2-core host's measured
+# capacity, ~2.2 requests/s of the acceptance mix: docs/BENCHMARKS.md), sampling the RSS and open
+# fds of the ingress, each replica and the Serve controller. Needs a running `make serve`.
+RATE ?= 1.5
+DURATION ?= 30m
+bench-soak: install
+	$(call need_cluster,make serve)
+	@mkdir -p $(WORK)
+	$(KV) bench --url $(URL) $(MIX) --rate $(RATE) --duration $(DURATION) --seed $(SEED) --json $(WORK)/soak.json
+	$(COLLECT) $(RESULTS)/soak-cpu.json soak=$(WORK)/soak.json
 
 # GPU tables (router A/B at GPU scale, overhead vs bare vLLM; issue 29): they run on a GPU machine,
 # and no runner for them is in this repository yet.

@@ -85,6 +85,11 @@ def bench(
     requests_jsonl: Optional[Path] = typer.Option(None, "--requests-jsonl", help="Write one JSON line per measured request (policy, tenant, replica, sent_s, ttft_ms, cached_tokens, ...)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="TTFT CDF PNG (default: next to --json)."),
     timeline: Optional[Path] = typer.Option(None, "--timeline", help="Per-second load/TTFT/replicas JSON (+ PNG)."),
+    duration: Optional[str] = typer.Option(None, "--duration", help="Timed open-loop run at --rate (30m, 180s): a soak sampling every Serve process's RSS and fds, or with --chaos a fault scenario (bench.timed_bench)."),
+    chaos_kind: Optional[str] = typer.Option(None, "--chaos", help="kill-engine, kill-replica or restart-ingress, at --chaos-at (needs --duration; run it on the cluster's head machine)."),
+    chaos_at: Optional[float] = typer.Option(None, "--chaos-at", help="Seconds into the run to inject the fault (default: half-way)."),
+    window: float = typer.Option(60.0, "--window", help="Chaos: hit rate compared over this many seconds before and after the fault."),
+    sample_s: float = typer.Option(10.0, "--sample-s", help="Soak: seconds between process samples."),
 ) -> None:
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
     if ctx.invoked_subcommand:
@@ -114,6 +119,14 @@ def bench(
         raise typer.BadParameter(str(e)) from None
     redeploy = policy_list != [None] or kv_cache_tokens is not None
     headers = auth_headers(api_key)
+    from bench.timed_bench import check_options, requests_for
+
+    try:
+        duration_s = check_options(duration, chaos_kind, rate)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if duration_s is not None:
+        requests = requests_for(rate, duration_s)
 
     async def _ready() -> None:  # the config is read only from a cluster whose replicas all serve
         async with httpx.AsyncClient() as client:
@@ -148,6 +161,13 @@ def bench(
               "kv_cache_tokens": kv_cache_tokens, "slo_ttft_ms": slo_ttft_ms, "slo_itl_ms": slo_itl_ms,
               "prompt_format": "token_ids" if token_ids else "text"}
     console.print(f"[bold]workload[/]: {json.dumps(params)}")
+    if duration_s is not None:
+        from bench.timed_bench import TimedOptions, app_name, run_timed
+
+        timed = TimedOptions(url=url, headers=headers, model=model_cfg.name, app_name=app_name(url, headers, config_file),
+                             rate=rate, duration_s=duration_s, chaos=chaos_kind, chaos_at_s=chaos_at, window_s=window,
+                             sample_s=sample_s, timeout_s=timeout, max_inflight=max_inflight, use_token_ids=token_ids)
+        raise typer.Exit(0 if run_timed(timed, wl.requests, json_out, params, console) else 1)
 
     opts = ReplayOptions(
         base_url=url, model=model_cfg.name, api_key=api_key, concurrency=concurrency, timeout_s=timeout,

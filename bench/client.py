@@ -106,6 +106,15 @@ async def _read_events(resp: httpx.Response, chunk_times: list[float], res: Requ
     return usage
 
 
+def _error_code(resp: httpx.Response) -> str | None:
+    """The OpenAI error body's `code` (why: overloaded, engine_dead, ...), if it has one."""
+    try:
+        err = resp.json().get("error") or {}
+        return f"code: {err.get('code')}" if isinstance(err, dict) and err.get("code") else None
+    except (ValueError, AttributeError):
+        return None
+
+
 def _detail(e: BaseException) -> str:
     """Exception type and message, with its cause's (httpx wraps the socket error)."""
     cause = e.__cause__ or e.__context__
@@ -135,6 +144,7 @@ async def stream_request(
                 if resp.status_code != 200:
                     await resp.aread()
                     res.error = error_kind(resp.status_code)
+                    res.error_detail = _error_code(resp)
                 else:
                     usage = await _read_events(resp, chunk_times, res)
     except TimeoutError:

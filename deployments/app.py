@@ -57,7 +57,7 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
         "max_ongoing_requests": cfg.server.max_ongoing_requests,
         "max_queued_requests": cfg.server.max_queued_requests,
         "request_router_config": request_router_config(cfg),
-        "health_check_period_s": 10.0,
+        "health_check_period_s": cfg.server.health_check_period_s,
         "health_check_timeout_s": 60.0,
         **drain_options_for(cfg),
     }

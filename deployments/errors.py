@@ -95,6 +95,18 @@ def vllm_errors_as_api_errors() -> Iterator[None]:
         raise vllm_exception(e) from None
 
 
+def validate_model(model_cls: Any, data: Any) -> Any:
+    """`model_cls.model_validate(data)`. vLLM's protocol models run `before` validators that assume
+    the documented types, and a field of the wrong shape (`structured_outputs` as a list) makes them
+    raise AttributeError/TypeError/KeyError from inside pydantic, which wraps only ValueErrors: that
+    is the body's fault, so a 400, not a 500."""
+    try:
+        return model_cls.model_validate(data)
+    except (AttributeError, TypeError, KeyError, IndexError) as e:
+        raise APIError(400, f"invalid request body: a field has the wrong type or shape ({type(e).__name__}: {e})"
+                       ) from None
+
+
 def vllm_exception(exc: Exception) -> APIError:
     from deployments.vllm_compat import get
 

@@ -23,8 +23,10 @@ from ray import serve
 
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
-from deployments.errors import APIError, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
-from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
+from deployments.lazy_fields import materialize_request
+from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
+                                 validate_model, vllm_errors_as_api_errors)
+from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
 from kvserve.config import KVServeConfig
 from router.block_hash import chain_hashes
@@ -34,6 +36,8 @@ log = logging.getLogger("kvserve.ingress")
 
 REPLICA_HEADER = "x-kvserve-replica"
 TENANT_HEADER = "x-kvserve-tenant"
+REPLICA_LOST_MID_STREAM = ("the replica serving this stream was lost mid-response; the output is incomplete, "
+                           "retry the request")
 
 app = FastAPI(title="kvserve", docs_url=None, redoc_url=None)
 install_error_handlers(app)  # 404/405/422/unhandled: OpenAI's error body too
@@ -52,7 +56,10 @@ class Ingress:
     async def __init__(self, llm_handle: Any, config: dict) -> None:  # type: ignore[misc]
         from deployments.metrics import IngressMetrics
 
+        from deployments.openapi import install as install_openapi
+
         self.cfg = KVServeConfig.model_validate(config)
+        install_openapi(app, self.cfg)  # /openapi.json with vLLM's request models and our limits
         self.llm = llm_handle
         self.auth = TenantAuth(self.cfg.tenants)
         self.metrics = IngressMetrics()
@@ -139,7 +146,8 @@ class Ingress:
         renderer = await self.renderer()
         model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
         with vllm_errors_as_api_errors():
-            req = model_cls.model_validate(data)
+            req = validate_model(model_cls, data)
+            materialize_request(req)  # lazily validated iterables -> lists (picklable, re-readable)
             # Sampling-parameter validation (temperature, top_p, ...) without touching an engine.
             req.to_sampling_params(req.max_tokens or 16, {})
             # Renders, and lets the tool/reasoning parser adjust `req` (e.g. a tool-call grammar).
@@ -213,26 +221,62 @@ class Ingress:
             return e.response()
         return await self._dispatch(kind, work, start)
 
+    async def _first_items(self, work: ChatWork | CompletionWork, start: float) -> tuple[Any, dict, str, Any]:
+        """Send the request to a replica; (its stream, META, first item kind, payload). A request
+        that produced nothing yet on a replica that lost its engine (RETRY) or died (Ray's actor
+        errors) is re-sent elsewhere, up to `server.replica_retries` times: it never started, so the
+        client cannot see it twice."""
+        from ray.exceptions import RayActorError
+
+        retries = self.cfg.server.replica_retries
+        while True:
+            # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
+            # item costs the replica a third and this ingress under half of the CPU (bench.serving_path).
+            gen = self.llm.options(stream=True, _by_reference=False).generate.remote(work)
+            meta: dict = {}
+            try:
+                # The replica's first item (META) comes as soon as one has taken the request: the wait
+                # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
+                wait = self.cfg.server.max_queue_wait_s
+                left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
+                _, meta = await asyncio.wait_for(gen.__anext__(), left)
+                kind_item, payload = await gen.__anext__()
+            except asyncio.TimeoutError:
+                gen.cancel()  # leave the routers' queue
+                raise
+            except RayActorError as e:
+                if retries <= 0:
+                    raise APIError(503, f"the replica serving this request was lost ({type(e).__name__}); retry "
+                                        "the request", code="replica_lost") from e
+                reason = type(e).__name__
+            else:
+                if kind_item != RETRY:
+                    return gen, meta, kind_item, payload
+                if retries <= 0:
+                    raise APIError(503, "every replica tried for this request had lost its engine; retry the "
+                                        "request", code="engine_dead")
+                reason = payload.get("reason", "retry")
+            retries -= 1
+            if meta.get("replica_id"):
+                work.avoid_replicas.append(meta["replica_id"])
+            log.warning("request %s: replica %s lost before any output (%s); re-sending it", work.request_id,
+                        meta.get("replica_id", "?"), reason)
+
     async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float):
         from ray.serve.exceptions import BackPressureError
 
         tenant = work.tenant
-        # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
-        # item costs the replica a third and this ingress under half of the CPU (bench.serving_path).
-        gen = self.llm.options(stream=True, _by_reference=False).generate.remote(work)
         try:
-            # The replica's first item (META) comes as soon as one has taken the request: the wait
-            # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
-            wait = self.cfg.server.max_queue_wait_s
-            left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
-            _, meta = await asyncio.wait_for(gen.__anext__(), left)
-            kind_item, payload = await gen.__anext__()
+            gen, meta, kind_item, payload = await self._first_items(work, start)
+        except APIError as e:  # lost replicas, retries spent
+            log.error("request %s failed: %s", work.request_id, e.message)
+            self._finished(tenant, kind, e.status, start, work=work)
+            return error_response(e.status, e.message, code=e.code, headers={"Retry-After": "1"})
         except BackPressureError:
             self._finished(tenant, kind, 503, start, work=work)
             return error_response(503, "server overloaded: too many queued requests, retry later",
                                   headers={"Retry-After": "1"})
         except asyncio.TimeoutError:
-            gen.cancel()  # leave the routers' queue
             self._finished(tenant, kind, 503, start, work=work)
             return error_response(
                 503, f"server overloaded: no replica could take the request within "
@@ -255,18 +299,25 @@ class Ingress:
         finished = self._finished
 
         async def stream():
-            ok, usage = False, stream_usage(first_chunk)
+            ok, status, usage = False, 499, stream_usage(first_chunk)
             try:
                 yield first_chunk
-                async for item_kind, chunk in gen:
-                    if item_kind == SSE:
-                        usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
-                        yield chunk
-                ok = True
+                try:
+                    async for item_kind, chunk in gen:
+                        if item_kind == SSE:
+                            usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
+                            yield chunk
+                except Exception as e:  # the replica was lost mid-stream: the client gets an error event
+                    log.error("request %s: replica %s lost mid-stream (%s)", work.request_id, replica,
+                              type(e).__name__)
+                    status = 503
+                    yield f"data: {json.dumps(error_body(503, REPLICA_LOST_MID_STREAM, code='replica_lost'))}\n\n"
+                    return
+                ok, status = True, 200
             finally:
                 if not ok:
                     gen.cancel()  # client went away: cancel the replica call -> engine abort
-                finished(tenant, kind, 200 if ok else 499, start, usage, work=work, replica=replica)
+                finished(tenant, kind, status, start, usage, work=work, replica=replica)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
@@ -285,7 +336,7 @@ class Ingress:
             serving = self._state.serving_tokenization
             if op == "detokenize":
                 with vllm_errors_as_api_errors():
-                    req = DetokenizeRequest.model_validate(data)
+                    req = validate_model(DetokenizeRequest, data)
                     validate_token_ids(serving, req.tokens, "tokens")
                     result = await serving.create_detokenize(req, request)
             else:
@@ -293,7 +344,7 @@ class Ingress:
                     check_messages(data["messages"], _content_part_types())
                 model_cls = TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest
                 with vllm_errors_as_api_errors():
-                    req = model_cls.model_validate(data)
+                    req = validate_model(model_cls, data)
                     result = await serving.create_tokenize(req, request)
             if type(result).__name__ == "ErrorResponse":
                 raise from_vllm(result)
@@ -374,8 +425,12 @@ class Ingress:
 
     @app.get("/kvserve/stats")
     async def stats_route(self):
+        from router.liveness import DROPS
+
         stats = await self.replica_stats()
-        return {"replicas": [{k: v for k, v in s.items() if k != "blocks"} for s in stats]}
+        # `router_drops`: when this process's router first stopped choosing a replica, and why.
+        return {"replicas": [{k: v for k, v in s.items() if k != "blocks"} for s in stats],
+                "router_drops": DROPS.first}
 
     @app.post("/kvserve/debug/prefix")
     async def debug_prefix(self, request: Request):

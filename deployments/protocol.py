@@ -28,6 +28,9 @@ class _Work:
     submitted_at: float = 0.0
     # Tokens the request may generate: max_tokens x n (0: unbounded), for the router's KV accounting.
     expected_output_tokens: int = 0
+    # Replicas this request must not go to again: their engine died, or the replica was lost, before
+    # the request produced output (the ingress re-sends it; kvserve's router skips these).
+    avoid_replicas: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -41,5 +44,6 @@ class CompletionWork(_Work):
     prompt: Any = ""
 
 
-# Items a replica's generate() yields, in order: one META, then SSE chunks or one BODY or one ERROR.
-META, SSE, BODY, ERROR = "meta", "sse", "body", "error"
+# Items a replica's generate() yields, in order: one META, then SSE chunks or one BODY or one ERROR,
+# or one RETRY: this replica cannot serve (its engine is dead) and the request has not started.
+META, SSE, BODY, ERROR, RETRY = "meta", "sse", "body", "error", "retry"

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvserve.config import KVServeConfig
 from deployments.errors import APIError, from_vllm, sse_error, vllm_exception
-from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
+from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 
 log = logging.getLogger("kvserve.replica")
 
@@ -28,6 +28,12 @@ log = logging.getLogger("kvserve.replica")
 _PRERENDERED: contextvars.ContextVar[Any] = contextvars.ContextVar("kvserve_prerendered", default=None)
 # The kvserve request id of the request being served by this task (its prefill-backlog key).
 _SERVING: contextvars.ContextVar[str | None] = contextvars.ContextVar("kvserve_serving", default=None)
+
+
+# A stream whose engine died after its first token: the client has part of an answer; it must retry.
+ENGINE_DIED_MID_STREAM = APIError(
+    503, "the replica serving this stream lost its engine mid-response; the output is incomplete, retry the request",
+    code="engine_dead")
 
 
 def _payload(err: APIError) -> tuple[int, dict]:
@@ -98,6 +104,7 @@ class LLMReplica:
         self._install_prerendered(self.completion, "render_completion_request")
         await self._warm_hot_prefixes()
         self._ready = True
+        self._watch_task = asyncio.ensure_future(self._watch_engine())
         log.info("replica %s ready (block_size=%s)", self.replica_id, self.cfg.engine.block_size)
 
     async def _warm_hot_prefixes(self) -> None:
@@ -127,6 +134,21 @@ class LLMReplica:
         self.warm_s = time.monotonic() - start
         if self.warmed_prefixes:
             log.info("warmed %d hot prefixes in %.1fs", self.warmed_prefixes, self.warm_s)
+
+    @property
+    def engine_dead(self) -> bool:
+        """vLLM flags its engine dead the moment the engine-core process exits (its monitor thread)."""
+        return getattr(self, "_ready", False) and bool(getattr(self.engine, "errored", False))
+
+    async def _watch_engine(self) -> None:
+        """Engine-death watch: from the engine's death on, this replica's routing stats say so (the
+        router stops sending it requests at the next report), its health check fails (Serve replaces
+        it) and requests that reach it anyway go back to the ingress unstarted (RETRY)."""
+        period = self.cfg.router.stats_period_s
+        while not self.engine_dead:
+            await asyncio.sleep(period)
+        log.error("replica %s: engine process died; failing health checks until Serve replaces this replica",
+                  self.replica_id)
 
     @staticmethod
     def _install_prerendered(serving: Any, method: str) -> None:
@@ -185,6 +207,8 @@ class LLMReplica:
     async def record_routing_stats(self) -> dict[str, Any]:
         if not self._ready:
             return {"ready": False}
+        if self.engine_dead:
+            return {"ready": False, "engine_dead": True, "ts": time.time()}
         await self._post_stats()
         c = self.counters
         version, blocks = self.kv.snapshot() if self.kv else (0, [])
@@ -262,6 +286,9 @@ class LLMReplica:
         served = self._serve(work)
         try:
             yield META, {"replica_id": self.replica_id}
+            if self.engine_dead:
+                yield RETRY, {"reason": "engine_dead"}
+                return
             async for item in served:
                 yield item
         finally:
@@ -284,7 +311,8 @@ class LLMReplica:
         try:
             result = await self._create(work)
         except Exception as e:  # vLLM raises (not returns) what the engine's input checks refuse
-            yield ERROR, _payload(vllm_exception(e))
+            dead = self.engine_dead or type(e).__name__ == "EngineDeadError"
+            yield (RETRY, {"reason": "engine_dead"}) if dead else (ERROR, _payload(vllm_exception(e)))
             return
         if hasattr(result, "__aiter__"):
             finished = False
@@ -296,18 +324,27 @@ class LLMReplica:
                         # Failed before any output: no status sent yet, so the caller gets a real one.
                         finished = True
                         await result.aclose()
-                        yield ERROR, _payload(err)
+                        yield (RETRY, {"reason": "engine_dead"}) if self.engine_dead else (ERROR, _payload(err))
                         return
                     first = False
+                    if err is not None and self.engine_dead:
+                        err = ENGINE_DIED_MID_STREAM
                     yield SSE, chunk if err is None else f"data: {json.dumps(err.body())}\n\n"
                 finished = True
+            except Exception as e:  # the engine died under the stream
+                if not (self.engine_dead or type(e).__name__ == "EngineDeadError"):
+                    raise
+                finished = True
+                # Before any output: unstarted, the ingress re-sends it; after: an error event ends it.
+                yield (RETRY, {"reason": "engine_dead"}) if first else (
+                    SSE, f"data: {json.dumps(ENGINE_DIED_MID_STREAM.body())}\n\n")
             finally:
                 if not finished:
                     # Caller went away: closing vLLM's generator aborts the request in the engine.
                     self.aborted += 1
                     await result.aclose()
         elif type(result).__name__ == "ErrorResponse":
-            yield ERROR, _payload(from_vllm(result))
+            yield (RETRY, {"reason": "engine_dead"}) if self.engine_dead else (ERROR, _payload(from_vllm(result)))
         else:
             yield BODY, json.loads(result.model_dump_json(exclude_none=False))
 

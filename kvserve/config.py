@@ -199,6 +199,12 @@ class RouterConfig(_Section):
     )
     stats_period_s: float = Field(0.5, gt=0, description="How often replicas report routing stats (cache + load).")
     stale_after_s: float = Field(10.0, gt=0, description="A replica silent for this long drops out of the index.")
+    silent_after_periods: float = Field(
+        6.0, gt=0, description="A replica whose routing stats are older than this many stats periods gets no "
+        "new requests while another replica reports (a replica whose engine died is dropped at its next report, "
+        "one that died is dropped by Serve). Not 2: on a saturated 2-core host a live replica's reports arrive "
+        "seconds late."
+    )
 
 
 class SLOConfig(_Section):
@@ -318,6 +324,15 @@ class ServerConfig(_Section):
     request_timeout_s: float = Field(600.0, gt=0)
     max_tokens_limit: int = Field(4096, ge=1, description="Requests asking for more tokens than this get 400.")
     max_n: int = Field(16, ge=1, description="Most choices (`n`) one request may ask for; more get 400.")
+    replica_retries: int = Field(
+        2, ge=0, description="Times a request is sent to another replica when its replica's engine died, or the "
+        "replica was lost, before the request produced any output: it never started, so re-running it cannot "
+        "duplicate anything the client saw. A stream cut after its first token ends with an SSE error event."
+    )
+    health_check_period_s: float = Field(
+        2.0, gt=0, description="How often Serve checks each replica; a replica whose engine died fails the "
+        "check, and Serve replaces it."
+    )
 
 
 # vLLM flags that put prompt/completion text in its logs: only logging.prompts turns them on.

@@ -23,6 +23,7 @@ from ray.serve._private.request_router.request_router import LocalityMixin, Mult
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
 from router.bookings import Bookings
+from router.liveness import live_ids
 from router.registry import make_policy
 
 log = logging.getLogger("kvserve.router")
@@ -109,6 +110,10 @@ class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if request is None or not candidate_replicas:
             return [candidate_replicas]
         try:
+            keep = set(live_ids({r.replica_id.unique_id: r.routing_stats for r in candidate_replicas},
+                                getattr(pending_request.args[0], "avoid_replicas", ()), now,
+                                self.cfg.silent_after_periods * self.cfg.stats_period_s))
+            candidate_replicas = [r for r in candidate_replicas if r.replica_id.unique_id in keep]
             usable = self._sync(candidate_replicas, now)
             by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
             loads = [self._load(r, usable.get(rid)) for rid, r in by_id.items()]

@@ -97,6 +97,8 @@ BAD_INPUTS = [
     Bad("`logit_bias` on a token out of the vocabulary", COMPLETIONS, completion(logit_bias={"99999999": 5}), 400),
     Bad("`structured_outputs` regex that does not compile", COMPLETIONS,
         completion(structured_outputs={"regex": "("}), 400),
+    Bad("`structured_outputs` given as a list", COMPLETIONS, completion(structured_outputs=[{"regex": "a"}]), 400),
+    Bad("`structured_outputs` given as a list (chat)", CHAT, chat(structured_outputs=["json"]), 400),
     # -- prompts ----------------------------------------------------------------------------------------
     Bad("token id out of the vocabulary", COMPLETIONS, completion(prompt=[99999999]), 400, "prompt"),
     Bad("token id out of the vocabulary, streamed", COMPLETIONS, completion(prompt=[99999999], stream=True), 400,

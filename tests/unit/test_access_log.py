@@ -101,6 +101,7 @@ def _dispatch(items: list, prompts: bool = False):  # type: ignore[no-untyped-de
         llm=SimpleNamespace(options=lambda **_: SimpleNamespace(generate=SimpleNamespace(remote=lambda _w: stream))),
     )
     ing._finished = functools.partial(Ingress._finished, ing)
+    ing._first_items = functools.partial(Ingress._first_items, ing)
 
     async def run():  # type: ignore[no-untyped-def]
         resp = await Ingress._dispatch(ing, "chat", _work(), 0.0)

@@ -41,6 +41,7 @@ def _dispatch(stream: _Stream, wait_s: float | None, start: float):  # type: ign
         llm=SimpleNamespace(options=lambda **_: SimpleNamespace(generate=SimpleNamespace(remote=lambda _w: stream))),
     )
     ing._finished = functools.partial(Ingress._finished, ing)
+    ing._first_items = functools.partial(Ingress._first_items, ing)
     return asyncio.run(Ingress._dispatch(ing, "completion", _work(), start))
 
 
