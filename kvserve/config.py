@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kvserve.scenarios import Scenario, apply_preset
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 ENV_PREFIX = "KVSERVE_"
 
@@ -54,6 +56,11 @@ class EngineConfig(_Section):
     """vLLM engine arguments. Fields left unset take the device's default (DEVICE_DEFAULTS)."""
 
     device: Literal["cpu", "gpu"] = "cpu"
+    scenario: Scenario | None = Field(
+        None, description="Preset for a serving goal (realtime-chat, offline-batch, long-document, edge): fills the "
+        "engine, SLO and router fields the config leaves unset, adapted to the device (kvserve/scenarios.py; "
+        "`kvserve config show --scenario X` prints each choice and why). Explicit fields win.",
+    )
     dtype: str | None = Field(
         None, description="None: float32 on CPU (bf16 is ~5x slower there); auto on GPU (the checkpoint's "
         "dtype, bf16 for current models; vLLM casts fp32 checkpoints down to bf16/fp16).",
@@ -90,7 +97,14 @@ class EngineConfig(_Section):
     )
     tensor_parallel_size: int = Field(1, ge=1)
     quantization: str | None = Field(None, description="awq, gptq, fp8, ... (GPU).")
-    kv_cache_dtype: str = "auto"
+    kv_cache_dtype: str = Field("auto", description="KV cache element type: auto (the model's dtype) or fp8 (GPU: "
+                                "half the bytes per token, so twice the tokens fit).")
+    speculative_decoding: Literal["off", "ngram", "draft"] = Field(
+        "off", description="ngram: prompt-lookup drafts (no draft model; pays off when outputs copy the prompt, e.g. "
+        "summaries); draft: `draft_model` proposes tokens. A draft_model, when given, replaces ngram.",
+    )
+    draft_model: str | None = Field(None, description="Draft or EAGLE model (HF id or path) for speculative decoding.")
+    num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens drafted per step.")
     omp_threads_bind: str = Field(
         "slot", description="CPU only: VLLM_CPU_OMP_THREADS_BIND; `slot` gives each replica on a host its own cores."
     )
@@ -124,6 +138,8 @@ class EngineConfig(_Section):
                 self.__dict__[name] = value
         if self.device == "cpu" and self.block_size % 32:
             raise ValueError("on CPU, block_size must be a multiple of 32 (vLLM's CPU attention kernel)")
+        if self.speculative_decoding == "draft" and not self.draft_model:
+            raise ValueError("speculative_decoding: draft needs draft_model")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enable_auto_tool_choice needs tool_call_parser (e.g. `hermes`)")
         return self
@@ -329,6 +345,12 @@ class KVServeConfig(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     app_name: str = Field("kvserve", pattern=r"^[a-z0-9-]+$")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _scenario_preset(cls, data: Any) -> Any:
+        # Before field validation: only fields absent from the input take the preset's value.
+        return apply_preset(data)[0] if isinstance(data, dict) else data
+
     @model_validator(mode="after")
     def _spill_at_the_slo(self) -> KVServeConfig:
         if self.router.spill_ttft_ms is None:
@@ -422,6 +444,19 @@ def load_config(
     environ: dict[str, str] | None = None,
 ) -> KVServeConfig:
     """Defaults < YAML file < KVSERVE_* env < overrides. Raises ConfigError naming the field."""
+    data = raw_config(path, overrides, environ)
+    try:
+        return KVServeConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def raw_config(
+    path: str | Path | None = None,
+    overrides: dict | None = None,
+    environ: dict[str, str] | None = None,
+) -> dict:
+    """The merged YAML file < env < overrides, before defaults and validation: the fields set explicitly."""
     data: dict = {}
     if path:
         text = Path(path).read_text()
@@ -432,10 +467,7 @@ def load_config(
     data = deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
     if overrides:
         data = deep_merge(data, overrides)
-    try:
-        return KVServeConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+    return data
 
 
 def dump_config(cfg: KVServeConfig) -> dict:
