@@ -124,6 +124,10 @@ class BatchStore:
                 "SELECT id FROM batches WHERE tenant=? ORDER BY rowid DESC LIMIT ?", (tenant, limit))]
         return [self.get_batch(tenant, b) for b in ids]  # type: ignore[misc]
 
+    def tenant_of(self, bid: str) -> str:
+        with self._lock:
+            return self._db.execute("SELECT tenant FROM batches WHERE id=?", (bid,)).fetchone()[0]
+
     def unfinished(self) -> list[str]:
         """Batches a restart must pick up again."""
         with self._lock:
@@ -150,7 +154,7 @@ class BatchStore:
     def pending(self, bid: str, exclude: set[int], limit: int) -> list[tuple[int, str | None, dict]]:
         with self._lock:
             rows = self._db.execute("SELECT idx, custom_id, body FROM lines WHERE batch_id=? AND state='pending' "
-                                    "ORDER BY idx", (bid,)).fetchall()
+                                    "ORDER BY idx LIMIT ?", (bid, len(exclude) + limit)).fetchall()
         return [(i, c, json.loads(b)) for i, c, b in rows if i not in exclude][:limit]
 
     def finish_line(self, bid: str, idx: int, ok: bool, record: dict) -> bool:
@@ -182,8 +186,9 @@ class BatchStore:
                 files[f"{purpose}_file_id"] = fid
             ends = {"status": "cancelled", "cancelled_at": now} if cancelled else {"status": "completed",
                                                                                    "completed_at": now}
-            return self._set(db, bid, finalizing_at=now, **files, **ends)
-        return self._tx(tx)
+            self._set(db, bid, finalizing_at=now, **files, **ends)
+        self._tx(tx)
+        return self.get_batch(None, bid)  # type: ignore[return-value]
 
     def close(self) -> None:
         with self._lock:

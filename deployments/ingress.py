@@ -23,6 +23,7 @@ from ray import serve
 
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
+from deployments.batch_routes import BatchRoutes, batch_router
 from deployments.errors import APIError, error_response, from_vllm, install_error_handlers, vllm_errors_as_api_errors
 from deployments.protocol import BODY, ERROR, META, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
@@ -37,6 +38,7 @@ TENANT_HEADER = "x-kvserve-tenant"
 
 app = FastAPI(title="kvserve", docs_url=None, redoc_url=None)
 install_error_handlers(app)  # 404/405/422/unhandled: OpenAI's error body too
+app.include_router(batch_router)  # /v1/files, /v1/batches (deployments.batch_routes)
 
 
 def _content_part_types() -> Collection[str]:
@@ -46,7 +48,7 @@ def _content_part_types() -> Collection[str]:
 
 
 @serve.ingress(app)
-class Ingress:
+class Ingress(BatchRoutes):
     """Serve ingress deployment class (made a deployment in deployments.app)."""
 
     async def __init__(self, llm_handle: Any, config: dict) -> None:  # type: ignore[misc]
@@ -64,6 +66,7 @@ class Ingress:
         if self.cfg.autoscaling.warm_prefixes:
             self._hot_task = asyncio.get_running_loop().create_task(self._post_hot_every(5.0))
         await self.renderer()  # load tokenizer + chat template now, not on the first request
+        self.start_batch()  # the Batch API's store and its lowest-priority worker
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -213,7 +216,29 @@ class Ingress:
             return e.response()
         return await self._dispatch(kind, work, start)
 
-    async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float):
+    async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float, interactive: bool = True):
+        """`interactive`: an HTTP request, which batch lines yield to (deployments.batch_worker.PriorityGate)."""
+        gate = self.batch_gate if interactive else None
+        if gate is None:
+            return await self._relay(kind, work, start, lambda: None)
+        gate.interactive_started()
+        waiting = [True]
+
+        def taken() -> None:  # a replica took it (or it failed): it no longer waits for one
+            if waiting[0]:
+                waiting[0] = False
+                gate.interactive_taken()
+
+        response = None
+        try:
+            response = await self._relay(kind, work, start, taken, gate.interactive_done)
+            return response
+        finally:
+            taken()
+            if not isinstance(response, StreamingResponse):  # a stream reports its own end
+                gate.interactive_done()
+
+    async def _relay(self, kind: str, work: ChatWork | CompletionWork, start: float, taken, stream_done=None):
         from ray.serve.exceptions import BackPressureError
 
         tenant = work.tenant
@@ -226,6 +251,7 @@ class Ingress:
             wait = self.cfg.server.max_queue_wait_s
             left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
             _, meta = await asyncio.wait_for(gen.__anext__(), left)
+            taken()
             kind_item, payload = await gen.__anext__()
         except BackPressureError:
             self._finished(tenant, kind, 503, start, work=work)
@@ -267,6 +293,8 @@ class Ingress:
                 if not ok:
                     gen.cancel()  # client went away: cancel the replica call -> engine abort
                 finished(tenant, kind, 200 if ok else 499, start, usage, work=work, replica=replica)
+                if stream_done is not None:
+                    stream_done()
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 

@@ -329,6 +329,31 @@ class ServerConfig(_Section):
     max_n: int = Field(16, ge=1, description="Most choices (`n`) one request may ask for; more get 400.")
 
 
+class BatchConfig(_Section):
+    """The OpenAI Batch API (/v1/files, /v1/batches): jobs run at the lowest priority, persisted in SQLite."""
+
+    enabled: bool = True
+    db_path: str | None = Field(
+        None, description="SQLite file holding batch input/output files, jobs and every line's result (it must "
+        "outlive the ingress: a restart resumes unfinished lines). None: batch.sqlite in kvserve's cache dir on "
+        "the ingress's node. Helm: the batchStore PVC.",
+    )
+    node_resource: str | None = Field(
+        None, description="Ray custom resource that pins the ingress (and so the batch worker) to the node holding "
+        "db_path (Helm sets it on the head pod when batchStore is enabled).",
+    )
+    max_file_bytes: int = Field(100 * 2**20, ge=1024, description="Larger uploads to /v1/files get 413.")
+    max_lines: int = Field(50_000, ge=1, description="Most requests in one batch input file (OpenAI's limit).")
+    max_concurrency: int = Field(
+        4, ge=1, description="Most batch lines in flight while no interactive request is in flight.")
+    concurrency_under_load: int = Field(
+        1, ge=0, description="Most batch lines in flight while interactive requests are in flight; while any "
+        "interactive request waits for a replica, batch lines start none (lowest priority).",
+    )
+    max_attempts: int = Field(3, ge=1, description="A line answered 429/5xx (overload, a replica lost) is retried "
+                              "this many times before its error is recorded.")
+
+
 # vLLM flags that put prompt/completion text in its logs: only logging.prompts turns them on.
 _REQUEST_LOG_FLAGS = {"enable_log_requests", "enable_log_outputs"}
 
@@ -343,6 +368,7 @@ class KVServeConfig(_Section):
     tenants: TenantsConfig = Field(default_factory=TenantsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
     app_name: str = Field("kvserve", pattern=r"^[a-z0-9-]+$")
 
     @model_validator(mode="before")
