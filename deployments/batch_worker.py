@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from deployments.batch_jsonl import ENDPOINTS, result_record
@@ -23,39 +24,60 @@ RETRYABLE = {429, 500, 502, 503, 504}
 
 
 class PriorityGate:
-    """Interactive requests report themselves; batch lines wait here for a slot."""
+    """Interactive requests report themselves; batch lines wait here for a slot.
 
-    def __init__(self, max_concurrency: int, under_load: int) -> None:
-        self.max_concurrency, self.under_load = max_concurrency, under_load
-        self.interactive_inflight = 0  # dispatched, not yet answered
-        self.interactive_waiting = 0  # dispatched, no replica has taken it yet
+    An interactive request counts until it is answered, or for `max_age_s` at most: a stream whose
+    client left before it started never reports its end, and must not throttle batches forever."""
+
+    def __init__(self, max_concurrency: int, under_load: int, max_age_s: float = 600.0) -> None:
+        self.max_concurrency, self.under_load, self.max_age_s = max_concurrency, under_load, max_age_s
+        self._inflight: dict[int, float] = {}  # token -> start (monotonic): dispatched, not yet answered
+        self._waiting: set[int] = set()  # dispatched, no replica has taken it yet
+        self._next = 0
         self.batch_inflight = 0
         self._changed = asyncio.Event()
 
     def _notify(self) -> None:
         self._changed.set()
 
+    def _prune(self) -> None:
+        old = time.monotonic() - self.max_age_s
+        for token in [t for t, start in self._inflight.items() if start < old]:
+            self._inflight.pop(token)
+            self._waiting.discard(token)
+
+    @property
+    def interactive_inflight(self) -> int:
+        return len(self._inflight)
+
     def limit(self) -> int:
-        if self.interactive_waiting:
+        self._prune()
+        if self._waiting:
             return 0
-        return self.under_load if self.interactive_inflight else self.max_concurrency
+        return self.under_load if self._inflight else self.max_concurrency
 
-    def interactive_started(self) -> None:
-        self.interactive_inflight += 1
-        self.interactive_waiting += 1
+    def interactive_started(self) -> int:
+        self._next += 1
+        self._inflight[self._next] = time.monotonic()
+        self._waiting.add(self._next)
+        return self._next
 
-    def interactive_taken(self) -> None:
-        self.interactive_waiting = max(self.interactive_waiting - 1, 0)
+    def interactive_taken(self, token: int) -> None:
+        self._waiting.discard(token)
         self._notify()
 
-    def interactive_done(self) -> None:
-        self.interactive_inflight = max(self.interactive_inflight - 1, 0)
+    def interactive_done(self, token: int) -> None:
+        self._inflight.pop(token, None)
+        self._waiting.discard(token)
         self._notify()
 
     async def acquire(self) -> None:
         while self.batch_inflight >= self.limit():
             self._changed.clear()
-            await self._changed.wait()
+            try:  # wake up now and then: a pruned request notifies no one
+                await asyncio.wait_for(self._changed.wait(), self.max_age_s / 10)
+            except asyncio.TimeoutError:
+                pass
         self.batch_inflight += 1
 
     def release(self) -> None:

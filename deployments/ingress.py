@@ -218,85 +218,74 @@ class Ingress(BatchRoutes):
 
     async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float, interactive: bool = True):
         """`interactive`: an HTTP request, which batch lines yield to (deployments.batch_worker.PriorityGate)."""
-        gate = self.batch_gate if interactive else None
-        if gate is None:
-            return await self._relay(kind, work, start, lambda: None)
-        gate.interactive_started()
-        waiting = [True]
-
-        def taken() -> None:  # a replica took it (or it failed): it no longer waits for one
-            if waiting[0]:
-                waiting[0] = False
-                gate.interactive_taken()
-
-        response = None
-        try:
-            response = await self._relay(kind, work, start, taken, gate.interactive_done)
-            return response
-        finally:
-            taken()
-            if not isinstance(response, StreamingResponse):  # a stream reports its own end
-                gate.interactive_done()
-
-    async def _relay(self, kind: str, work: ChatWork | CompletionWork, start: float, taken, stream_done=None):
         from ray.serve.exceptions import BackPressureError
 
         tenant = work.tenant
-        # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
-        # item costs the replica a third and this ingress under half of the CPU (bench.serving_path).
-        gen = self.llm.options(stream=True, _by_reference=False).generate.remote(work)
+        gate = getattr(self, "batch_gate", None) if interactive else None
+        token, streamed = (gate.interactive_started() if gate else 0), False
         try:
-            # The replica's first item (META) comes as soon as one has taken the request: the wait
-            # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
-            wait = self.cfg.server.max_queue_wait_s
-            left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
-            _, meta = await asyncio.wait_for(gen.__anext__(), left)
-            taken()
-            kind_item, payload = await gen.__anext__()
-        except BackPressureError:
-            self._finished(tenant, kind, 503, start, work=work)
-            return error_response(503, "server overloaded: too many queued requests, retry later",
-                                  headers={"Retry-After": "1"})
-        except asyncio.TimeoutError:
-            gen.cancel()  # leave the routers' queue
-            self._finished(tenant, kind, 503, start, work=work)
-            return error_response(
-                503, f"server overloaded: no replica could take the request within "
-                     f"{self.cfg.server.max_queue_wait_s:g} s, retry later", headers={"Retry-After": "5"})
-        except Exception as e:  # replica died mid-request, engine error, ...
-            log.exception("request %s failed", work.request_id)
-            self._finished(tenant, kind, 500, start, work=work)
-            return error_response(500, f"internal error: {type(e).__name__}")
-        replica = meta["replica_id"]
-        headers = {REPLICA_HEADER: replica, TENANT_HEADER: tenant}
-        if kind_item == ERROR:  # the replica's error, already in OpenAI's shape
-            status, body = payload
-            self._finished(tenant, kind, status, start, work=work, replica=replica)
-            return JSONResponse(body, status_code=status, headers=headers)
-        if kind_item == BODY:
-            self._finished(tenant, kind, 200, start, payload.get("usage"), work=work, replica=replica)
-            return JSONResponse(payload, headers=headers)
-
-        first_chunk = payload
-        finished = self._finished
-
-        async def stream():
-            ok, usage = False, stream_usage(first_chunk)
+            # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
+            # item costs the replica a third and this ingress under half of the CPU (bench.serving_path).
+            gen = self.llm.options(stream=True, _by_reference=False).generate.remote(work)
             try:
-                yield first_chunk
-                async for item_kind, chunk in gen:
-                    if item_kind == SSE:
-                        usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
-                        yield chunk
-                ok = True
-            finally:
-                if not ok:
-                    gen.cancel()  # client went away: cancel the replica call -> engine abort
-                finished(tenant, kind, 200 if ok else 499, start, usage, work=work, replica=replica)
-                if stream_done is not None:
-                    stream_done()
+                # The replica's first item (META) comes as soon as one has taken the request: the wait
+                # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
+                wait = self.cfg.server.max_queue_wait_s
+                left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
+                _, meta = await asyncio.wait_for(gen.__anext__(), left)
+                if gate:
+                    gate.interactive_taken(token)  # a replica has it: batch lines may run beside it
+                kind_item, payload = await gen.__anext__()
+            except BackPressureError:
+                self._finished(tenant, kind, 503, start, work=work)
+                return error_response(503, "server overloaded: too many queued requests, retry later",
+                                      headers={"Retry-After": "1"})
+            except asyncio.TimeoutError:
+                gen.cancel()  # leave the routers' queue
+                self._finished(tenant, kind, 503, start, work=work)
+                return error_response(
+                    503, f"server overloaded: no replica could take the request within "
+                         f"{self.cfg.server.max_queue_wait_s:g} s, retry later", headers={"Retry-After": "5"})
+            except Exception as e:  # replica died mid-request, engine error, ...
+                log.exception("request %s failed", work.request_id)
+                self._finished(tenant, kind, 500, start, work=work)
+                return error_response(500, f"internal error: {type(e).__name__}")
+            replica = meta["replica_id"]
+            headers = {REPLICA_HEADER: replica, TENANT_HEADER: tenant}
+            if kind_item == ERROR:  # the replica's error, already in OpenAI's shape
+                status, body = payload
+                self._finished(tenant, kind, status, start, work=work, replica=replica)
+                return JSONResponse(body, status_code=status, headers=headers)
+            if kind_item == BODY:
+                self._finished(tenant, kind, 200, start, payload.get("usage"), work=work, replica=replica)
+                return JSONResponse(payload, headers=headers)
 
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+            first_chunk = payload
+            finished = self._finished
+
+            async def stream():
+                ok, usage = False, stream_usage(first_chunk)
+                try:
+                    yield first_chunk
+                    async for item_kind, chunk in gen:
+                        if item_kind == SSE:
+                            usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
+                            yield chunk
+                    ok = True
+                finally:
+                    if not ok:
+                        gen.cancel()  # client went away: cancel the replica call -> engine abort
+                    finished(tenant, kind, 200 if ok else 499, start, usage, work=work, replica=replica)
+                    if gate:
+                        gate.interactive_done(token)
+
+            streamed = True
+            return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+        finally:
+            if gate:
+                gate.interactive_taken(token)
+                if not streamed:  # a stream reports its own end
+                    gate.interactive_done(token)
 
     async def tokenization(self, op: str, request: Request):
         """/tokenize and /detokenize: vLLM's own protocol models and ServingTokenization, on the
