@@ -93,6 +93,11 @@ class BatchWorker:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
+    @staticmethod
+    async def _db(fn, *args):
+        # SQLite (and its commits) off the event loop: the ingress serves interactive requests on it.
+        return await asyncio.to_thread(fn, *args)
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run_forever())
@@ -108,7 +113,7 @@ class BatchWorker:
     async def _run_forever(self) -> None:
         while True:
             self._wake.clear()
-            for bid in self.store.unfinished():  # oldest first; after a restart, where it left off
+            for bid in await self._db(self.store.unfinished):  # oldest first; after a restart, where it left off
                 try:
                     await self.run_batch(bid)
                 except asyncio.CancelledError:
@@ -116,20 +121,20 @@ class BatchWorker:
                 except Exception:
                     log.exception("batch %s: worker error; retrying", bid)
                     await asyncio.sleep(self.retry_delay_s)
-            if not self.store.unfinished():
+            if not await self._db(self.store.unfinished):
                 await self._wake.wait()
 
     async def run_batch(self, bid: str) -> dict:
         """Run every pending line of batch `bid`, then write its files. Returns the closed batch."""
-        batch = self.store.get_batch(None, bid)
-        kind, tenant = ENDPOINTS[batch["endpoint"]], self.store.tenant_of(bid)
+        batch = await self._db(self.store.get_batch, None, bid)
+        kind, tenant = ENDPOINTS[batch["endpoint"]], await self._db(self.store.tenant_of, bid)
         running: dict[int, asyncio.Task] = {}
         attempts: dict[int, int] = {}
         try:
             while True:
-                if self.store.get_batch(None, bid)["status"] == "cancelling":
+                if await self._db(self.store.status, bid) == "cancelling":
                     break
-                todo = self.store.pending(bid, exclude=set(running), limit=1)
+                todo = await self._db(self.store.pending, bid, set(running), 1)
                 if not todo:
                     if not running:
                         break
@@ -144,7 +149,7 @@ class BatchWorker:
         finally:
             for t in running.values():  # worker stopped: lines in flight stay pending and run again
                 t.cancel()
-        return self.store.finalize(bid)
+        return await self._db(self.store.finalize, bid)
 
     async def _line(self, bid: str, kind: str, tenant: str, idx: int, custom_id: str | None, body: dict,
                     attempts: dict[int, int]) -> None:
@@ -161,5 +166,5 @@ class BatchWorker:
             await asyncio.sleep(self.retry_delay_s * attempts[idx])
             return  # still pending: picked up again
         ok = 200 <= status < 300
-        self.store.finish_line(bid, idx, ok, result_record(custom_id, status, answer))
+        await self._db(self.store.finish_line, bid, idx, ok, result_record(custom_id, status, answer))
 
