@@ -134,10 +134,13 @@ class BatchWorker:
             while True:
                 if await self._db(self.store.status, bid) == "cancelling":
                     break
-                todo = await self._db(self.store.pending, bid, set(running), 1)
+                busy = set(running)
+                todo = await self._db(self.store.pending, bid, busy, 1)
                 if not todo:
-                    if not running:
+                    if not running and not busy:  # (a line that ended during the query may be pending again)
                         break
+                    if not running:
+                        continue
                     await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
                     continue
                 await self.gate.acquire()
