@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch
 
 install: $(STAMP)
 
@@ -55,6 +55,14 @@ CPU_PROFILE_1203 := kvserve/profiles/cpu-smollm2-135m-2026-12-03.json
 # A server must answer; the bench itself waits until every replica serves (/ready).
 need_cluster = @$(BIN)/python -c "import httpx; httpx.get('$(URL)/health', timeout=5).raise_for_status()" \
 	>/dev/null 2>&1 || { echo "$@: no cluster at $(URL); start one first: $(1)"; exit 1; }
+
+# Batch table and batch-vs-interactive TTFT on CPU (docs/SCENARIOS.md): a running 1-replica cluster,
+# `make serve` with KVSERVE_NUM_REPLICAS=1.
+bench-batch: install
+	$(call need_cluster,KVSERVE_NUM_REPLICAS=1 make serve)
+	$(KV) bench --url $(URL) --sweep batch --batch 1,4,8,16,32 --question-tokens 128 --output-tokens 64 \
+		--json $(RESULTS)/batch-sweep-cpu.json --plot $(IMG)/batch-sweep-cpu.png
+	$(BIN)/python -m bench.batch_interference --url $(URL) --json $(RESULTS)/batch-interference-cpu.json
 
 # Live routing A/B on CPU: pow2 / ray_prefix / kvserve on the same 300 requests. Needs a running
 # `make serve` cluster (2 CPU replicas); the bench redeploys each policy on it in turn (~15 min).

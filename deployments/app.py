@@ -94,6 +94,12 @@ def deployment_version(config_args: dict, generation: str = "") -> str:
     return hashlib.sha256(payload + source_fingerprint().encode()).hexdigest()[:32]
 
 
+def batch_store_pin(cfg: KVServeConfig) -> dict[str, Any]:
+    """The ingress runs the batch worker and holds its SQLite file: pinned to that file's node if asked."""
+    res = cfg.batch.node_resource
+    return {"resources": {res: 0.001}} if res else {}
+
+
 def build_app(args: dict) -> serve.Application:
     from deployments.ingress import Ingress
     from autoscaling.serve_adapter import drain_options_for
@@ -113,7 +119,7 @@ def build_app(args: dict) -> serve.Application:
     ingress = serve.deployment(Ingress).options(
         name="Ingress",
         num_replicas=1,
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options={"num_cpus": 0, **batch_store_pin(cfg)},
         **ingress_limits(cfg),
         **drain_options_for(cfg),  # a config change that does replace it lets its streams finish
     )

@@ -23,9 +23,10 @@ from ray import serve
 
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
-from deployments.lazy_fields import materialize_request
+from deployments.batch_routes import BatchRoutes, batch_router
 from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
                                  validate_model, vllm_errors_as_api_errors)
+from deployments.lazy_fields import materialize_request
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
 from kvserve.config import KVServeConfig
@@ -41,6 +42,7 @@ REPLICA_LOST_MID_STREAM = ("the replica serving this stream was lost mid-respons
 
 app = FastAPI(title="kvserve", docs_url=None, redoc_url=None)
 install_error_handlers(app)  # 404/405/422/unhandled: OpenAI's error body too
+app.include_router(batch_router)  # /v1/files, /v1/batches (deployments.batch_routes)
 
 
 def _content_part_types() -> Collection[str]:
@@ -50,7 +52,7 @@ def _content_part_types() -> Collection[str]:
 
 
 @serve.ingress(app)
-class Ingress:
+class Ingress(BatchRoutes):
     """Serve ingress deployment class (made a deployment in deployments.app)."""
 
     async def __init__(self, llm_handle: Any, config: dict) -> None:  # type: ignore[misc]
@@ -71,6 +73,7 @@ class Ingress:
         if self.cfg.autoscaling.warm_prefixes:
             self._hot_task = asyncio.get_running_loop().create_task(self._post_hot_every(5.0))
         await self.renderer()  # load tokenizer + chat template now, not on the first request
+        self.start_batch()  # the Batch API's store and its lowest-priority worker
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -221,7 +224,8 @@ class Ingress:
             return e.response()
         return await self._dispatch(kind, work, start)
 
-    async def _first_items(self, work: ChatWork | CompletionWork, start: float) -> tuple[Any, dict, str, Any]:
+    async def _first_items(self, work: ChatWork | CompletionWork, start: float,
+                           on_taken: Any = None) -> tuple[Any, dict, str, Any]:
         """Send the request to a replica; (its stream, META, first item kind, payload). A request
         that produced nothing yet on a replica that lost its engine (RETRY) or died (Ray's actor
         errors) is re-sent elsewhere, up to `server.replica_retries` times: it never started, so the
@@ -240,6 +244,8 @@ class Ingress:
                 wait = self.cfg.server.max_queue_wait_s
                 left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
                 _, meta = await asyncio.wait_for(gen.__anext__(), left)
+                if on_taken:
+                    on_taken()  # a replica has it: batch lines may run beside it
                 kind_item, payload = await gen.__anext__()
             except asyncio.TimeoutError:
                 gen.cancel()  # leave the routers' queue
@@ -262,64 +268,77 @@ class Ingress:
             log.warning("request %s: replica %s lost before any output (%s); re-sending it", work.request_id,
                         meta.get("replica_id", "?"), reason)
 
-    async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float):
+    async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float, interactive: bool = True):
+        """`interactive`: an HTTP request, which batch lines yield to (deployments.batch_worker.PriorityGate)."""
         from ray.serve.exceptions import BackPressureError
 
         tenant = work.tenant
+        gate = getattr(self, "batch_gate", None) if interactive else None
+        token, streamed = (gate.interactive_started() if gate else 0), False
         try:
-            gen, meta, kind_item, payload = await self._first_items(work, start)
-        except APIError as e:  # lost replicas, retries spent
-            log.error("request %s failed: %s", work.request_id, e.message)
-            self._finished(tenant, kind, e.status, start, work=work)
-            return error_response(e.status, e.message, code=e.code, headers={"Retry-After": "1"})
-        except BackPressureError:
-            self._finished(tenant, kind, 503, start, work=work)
-            return error_response(503, "server overloaded: too many queued requests, retry later",
-                                  headers={"Retry-After": "1"})
-        except asyncio.TimeoutError:
-            self._finished(tenant, kind, 503, start, work=work)
-            return error_response(
-                503, f"server overloaded: no replica could take the request within "
-                     f"{self.cfg.server.max_queue_wait_s:g} s, retry later", headers={"Retry-After": "5"})
-        except Exception as e:  # replica died mid-request, engine error, ...
-            log.exception("request %s failed", work.request_id)
-            self._finished(tenant, kind, 500, start, work=work)
-            return error_response(500, f"internal error: {type(e).__name__}")
-        replica = meta["replica_id"]
-        headers = {REPLICA_HEADER: replica, TENANT_HEADER: tenant}
-        if kind_item == ERROR:  # the replica's error, already in OpenAI's shape
-            status, body = payload
-            self._finished(tenant, kind, status, start, work=work, replica=replica)
-            return JSONResponse(body, status_code=status, headers=headers)
-        if kind_item == BODY:
-            self._finished(tenant, kind, 200, start, payload.get("usage"), work=work, replica=replica)
-            return JSONResponse(payload, headers=headers)
-
-        first_chunk = payload
-        finished = self._finished
-
-        async def stream():
-            ok, status, usage = False, 499, stream_usage(first_chunk)
             try:
-                yield first_chunk
-                try:
-                    async for item_kind, chunk in gen:
-                        if item_kind == SSE:
-                            usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
-                            yield chunk
-                except Exception as e:  # the replica was lost mid-stream: the client gets an error event
-                    log.error("request %s: replica %s lost mid-stream (%s)", work.request_id, replica,
-                              type(e).__name__)
-                    status = 503
-                    yield f"data: {json.dumps(error_body(503, REPLICA_LOST_MID_STREAM, code='replica_lost'))}\n\n"
-                    return
-                ok, status = True, 200
-            finally:
-                if not ok:
-                    gen.cancel()  # client went away: cancel the replica call -> engine abort
-                finished(tenant, kind, status, start, usage, work=work, replica=replica)
+                gen, meta, kind_item, payload = await self._first_items(
+                    work, start, (lambda: gate.interactive_taken(token)) if gate else None)
+            except APIError as e:  # lost replicas, retries spent
+                log.error("request %s failed: %s", work.request_id, e.message)
+                self._finished(tenant, kind, e.status, start, work=work)
+                return error_response(e.status, e.message, code=e.code, headers={"Retry-After": "1"})
+            except BackPressureError:
+                self._finished(tenant, kind, 503, start, work=work)
+                return error_response(503, "server overloaded: too many queued requests, retry later",
+                                      headers={"Retry-After": "1"})
+            except asyncio.TimeoutError:
+                self._finished(tenant, kind, 503, start, work=work)
+                return error_response(
+                    503, f"server overloaded: no replica could take the request within "
+                         f"{self.cfg.server.max_queue_wait_s:g} s, retry later", headers={"Retry-After": "5"})
+            except Exception as e:  # engine error, ...
+                log.exception("request %s failed", work.request_id)
+                self._finished(tenant, kind, 500, start, work=work)
+                return error_response(500, f"internal error: {type(e).__name__}")
+            replica = meta["replica_id"]
+            headers = {REPLICA_HEADER: replica, TENANT_HEADER: tenant}
+            if kind_item == ERROR:  # the replica's error, already in OpenAI's shape
+                status, body = payload
+                self._finished(tenant, kind, status, start, work=work, replica=replica)
+                return JSONResponse(body, status_code=status, headers=headers)
+            if kind_item == BODY:
+                self._finished(tenant, kind, 200, start, payload.get("usage"), work=work, replica=replica)
+                return JSONResponse(payload, headers=headers)
 
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+            first_chunk = payload
+            finished = self._finished
+
+            async def stream():
+                ok, status, usage = False, 499, stream_usage(first_chunk)
+                try:
+                    yield first_chunk
+                    try:
+                        async for item_kind, chunk in gen:
+                            if item_kind == SSE:
+                                usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
+                                yield chunk
+                    except Exception as e:  # the replica was lost mid-stream: the client gets an error event
+                        log.error("request %s: replica %s lost mid-stream (%s)", work.request_id, replica,
+                                  type(e).__name__)
+                        status = 503
+                        yield f"data: {json.dumps(error_body(503, REPLICA_LOST_MID_STREAM, code='replica_lost'))}\n\n"
+                        return
+                    ok, status = True, 200
+                finally:
+                    if not ok:
+                        gen.cancel()  # client went away: cancel the replica call -> engine abort
+                    finished(tenant, kind, status, start, usage, work=work, replica=replica)
+                    if gate:
+                        gate.interactive_done(token)
+
+            streamed = True
+            return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+        finally:
+            if gate:
+                gate.interactive_taken(token)
+                if not streamed:  # a stream reports its own end
+                    gate.interactive_done(token)
 
     async def tokenization(self, op: str, request: Request):
         """/tokenize and /detokenize: vLLM's own protocol models and ServingTokenization, on the

@@ -26,10 +26,11 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
                     device_memory_bytes: int | None = None) -> list[str]:
     """`device_memory_bytes`: the GPU's total memory, for a replica on a GPU share (see share_kv_cache_bytes)."""
     e, m = cfg.engine, cfg.model
+    max_len, quantization = checkpoint_fit(cfg)
     args = [
         "--model", resolve_model_path(m),
         "--served-model-name", m.name,
-        "--max-model-len", str(m.max_model_len),
+        "--max-model-len", str(max_len),
         "--dtype", e.dtype,
         "--block-size", str(e.block_size),
         "--max-num-seqs", str(e.max_num_seqs),
@@ -48,8 +49,11 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
     args.append("--enable-chunked-prefill" if e.enable_chunked_prefill else "--no-enable-chunked-prefill")
     if e.enforce_eager:
         args.append("--enforce-eager")
-    if e.quantization:
-        args += ["--quantization", e.quantization]
+    if quantization:
+        args += ["--quantization", quantization]
+    spec = speculative_config(e)
+    if spec:
+        args += ["--speculative-config", json.dumps(spec)]
     if e.device == "gpu":
         args += ["--gpu-memory-utilization", vllm_gpu_memory_utilization(e)]
     if e.kv_cache_tokens:
@@ -78,6 +82,58 @@ def engine_cli_args(cfg: KVServeConfig, kv_events_endpoint: str | None = None,
         else:
             args += [flag, json.dumps(val) if isinstance(val, (dict, list)) else str(val)]
     return args
+
+
+def speculative_config(e: EngineConfig) -> dict | None:
+    """vLLM's speculative_config: a draft (or EAGLE) model when given, else n-gram prompt lookup."""
+    if e.speculative_decoding == "off":
+        return None
+    if e.draft_model:  # vLLM tells a draft model from an EAGLE head by the checkpoint's name and config
+        return {"model": resolve_model_path(e.draft_model), "num_speculative_tokens": e.num_speculative_tokens}
+    return {"method": "ngram", "num_speculative_tokens": e.num_speculative_tokens,
+            "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+def checkpoint_fit(cfg: KVServeConfig) -> tuple[int, str | None]:
+    """(max_model_len, quantization) for vLLM: a scenario preset's values, fitted to the checkpoint.
+
+    A preset's context is capped at the checkpoint's own (vLLM refuses a longer one), and its fp8
+    weight quantization gives way to a pre-quantized checkpoint's method (vLLM refuses the mix).
+    Explicit values and configs without a scenario pass through untouched."""
+    from kvserve.scenarios import checkpoint_quantization, preset_value
+
+    e, m = cfg.engine, cfg.model
+    max_len, quant = m.max_model_len, e.quantization
+    if not e.scenario:
+        return max_len, quant
+    from_len = max_len == preset_value(e.scenario, e.device, "model.max_model_len")
+    from_quant = quant is not None and quant == preset_value(e.scenario, e.device, "engine.quantization")
+    if not (from_len or from_quant):
+        return max_len, quant
+    hf = _checkpoint_config(m)
+    if hf is None:
+        return max_len, quant
+    own = hf.get("max_position_embeddings")
+    if from_len and isinstance(own, int) and own < max_len:
+        log.info("scenario %s: context %d capped at the checkpoint's %d", e.scenario, max_len, own)
+        max_len = own
+    method = checkpoint_quantization(hf)
+    if from_quant and method:
+        log.info("scenario %s: the checkpoint is pre-quantized (%s): vLLM loads its own", e.scenario, method)
+        quant = None
+    return max_len, quant
+
+
+def _checkpoint_config(m) -> dict | None:
+    from kvserve.model_footprint import local_model_dir
+
+    model_dir = local_model_dir(resolve_model_path(m))
+    if model_dir is None:
+        return None
+    try:
+        return json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def vllm_gpu_memory_utilization(e: EngineConfig) -> str:

@@ -172,8 +172,14 @@ def prepare(name: str = typer.Argument("smollm2-135m-instruct"),
 
 
 def show(config: Optional[Path] = ConfigOpt,
-         fmt: str = typer.Option("yaml", "--format", help="yaml or json")) -> None:
+         fmt: str = typer.Option("yaml", "--format", help="yaml or json"),
+         scenario: Optional[str] = typer.Option(None, "--scenario", help="realtime-chat, offline-batch, "
+                                                "long-document or edge: print the effective vLLM arguments and why.")) -> None:
     """Print the effective config (defaults < file < env), secrets masked."""
+    if isinstance(scenario, str):  # (a direct call passes typer's OptionInfo default)
+        from kvserve.scenario_report import print_report
+
+        raise typer.Exit(print_report(config, scenario, fmt))
     data = redacted(_load(config))
     print(json.dumps(data, indent=2) if fmt == "json" else yaml.safe_dump(data, sort_keys=False), end="")
 

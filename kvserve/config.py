@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kvserve.scenarios import Scenario, apply_preset
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 ENV_PREFIX = "KVSERVE_"
 
@@ -54,6 +56,11 @@ class EngineConfig(_Section):
     """vLLM engine arguments. Fields left unset take the device's default (DEVICE_DEFAULTS)."""
 
     device: Literal["cpu", "gpu"] = "cpu"
+    scenario: Scenario | None = Field(
+        None, description="Preset for a serving goal (realtime-chat, offline-batch, long-document, edge): fills the "
+        "engine, SLO and router fields the config leaves unset, adapted to the device (kvserve/scenarios.py; "
+        "`kvserve config show --scenario X` prints each choice and why). Explicit fields win.",
+    )
     dtype: str | None = Field(
         None, description="None: float32 on CPU (bf16 is ~5x slower there); auto on GPU (the checkpoint's "
         "dtype, bf16 for current models; vLLM casts fp32 checkpoints down to bf16/fp16).",
@@ -90,7 +97,14 @@ class EngineConfig(_Section):
     )
     tensor_parallel_size: int = Field(1, ge=1)
     quantization: str | None = Field(None, description="awq, gptq, fp8, ... (GPU).")
-    kv_cache_dtype: str = "auto"
+    kv_cache_dtype: str = Field("auto", description="KV cache element type: auto (the model's dtype) or fp8 (GPU: "
+                                "half the bytes per token, so twice the tokens fit).")
+    speculative_decoding: Literal["off", "ngram", "draft"] = Field(
+        "off", description="ngram: prompt-lookup drafts (no draft model; pays off when outputs copy the prompt, e.g. "
+        "summaries); draft: `draft_model` proposes tokens. A draft_model, when given, replaces ngram.",
+    )
+    draft_model: str | None = Field(None, description="Draft or EAGLE model (HF id or path) for speculative decoding.")
+    num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens drafted per step.")
     omp_threads_bind: str = Field(
         "slot", description="CPU only: VLLM_CPU_OMP_THREADS_BIND; `slot` gives each replica on a host its own cores."
     )
@@ -124,6 +138,8 @@ class EngineConfig(_Section):
                 self.__dict__[name] = value
         if self.device == "cpu" and self.block_size % 32:
             raise ValueError("on CPU, block_size must be a multiple of 32 (vLLM's CPU attention kernel)")
+        if self.speculative_decoding == "draft" and not self.draft_model:
+            raise ValueError("speculative_decoding: draft needs draft_model")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enable_auto_tool_choice needs tool_call_parser (e.g. `hermes`)")
         return self
@@ -335,6 +351,31 @@ class ServerConfig(_Section):
     )
 
 
+class BatchConfig(_Section):
+    """The OpenAI Batch API (/v1/files, /v1/batches): jobs run at the lowest priority, persisted in SQLite."""
+
+    enabled: bool = True
+    db_path: str | None = Field(
+        None, description="SQLite file holding batch input/output files, jobs and every line's result (it must "
+        "outlive the ingress: a restart resumes unfinished lines). None: batch.sqlite in kvserve's cache dir on "
+        "the ingress's node. Helm: the batchStore PVC.",
+    )
+    node_resource: str | None = Field(
+        None, description="Ray custom resource that pins the ingress (and so the batch worker) to the node holding "
+        "db_path (Helm sets it on the head pod when batchStore is enabled).",
+    )
+    max_file_bytes: int = Field(100 * 2**20, ge=1024, description="Larger uploads to /v1/files get 413.")
+    max_lines: int = Field(50_000, ge=1, description="Most requests in one batch input file (OpenAI's limit).")
+    max_concurrency: int = Field(
+        4, ge=1, description="Most batch lines in flight while no interactive request is in flight.")
+    concurrency_under_load: int = Field(
+        1, ge=0, description="Most batch lines in flight while interactive requests are in flight; while any "
+        "interactive request waits for a replica, batch lines start none (lowest priority).",
+    )
+    max_attempts: int = Field(3, ge=1, description="A line answered 429/5xx (overload, a replica lost) is retried "
+                              "this many times before its error is recorded.")
+
+
 # vLLM flags that put prompt/completion text in its logs: only logging.prompts turns them on.
 _REQUEST_LOG_FLAGS = {"enable_log_requests", "enable_log_outputs"}
 
@@ -349,7 +390,14 @@ class KVServeConfig(_Section):
     tenants: TenantsConfig = Field(default_factory=TenantsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
     app_name: str = Field("kvserve", pattern=r"^[a-z0-9-]+$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scenario_preset(cls, data: Any) -> Any:
+        # Before field validation: only fields absent from the input take the preset's value.
+        return apply_preset(data)[0] if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _spill_at_the_slo(self) -> KVServeConfig:
@@ -444,6 +492,19 @@ def load_config(
     environ: dict[str, str] | None = None,
 ) -> KVServeConfig:
     """Defaults < YAML file < KVSERVE_* env < overrides. Raises ConfigError naming the field."""
+    data = raw_config(path, overrides, environ)
+    try:
+        return KVServeConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def raw_config(
+    path: str | Path | None = None,
+    overrides: dict | None = None,
+    environ: dict[str, str] | None = None,
+) -> dict:
+    """The merged YAML file < env < overrides, before defaults and validation: the fields set explicitly."""
     data: dict = {}
     if path:
         text = Path(path).read_text()
@@ -454,10 +515,7 @@ def load_config(
     data = deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
     if overrides:
         data = deep_merge(data, overrides)
-    try:
-        return KVServeConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+    return data
 
 
 def dump_config(cfg: KVServeConfig) -> dict:

@@ -27,6 +27,8 @@ CHART_DIR = Path(__file__).resolve().parents[1] / "helm" / "kvserve"
 SCHEMA_PATH = CHART_DIR / "values.schema.json"
 # Where the chart mounts the tenant-key Secret (also the default keys_file it injects).
 DEFAULT_KEYS_MOUNT = "/etc/kvserve/keys"
+DEFAULT_BATCH_MOUNT = "/var/lib/kvserve"
+HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray gives the head node this resource
 
 
 class _Values(BaseModel):
@@ -105,6 +107,14 @@ class DashboardValues(_Values):
     labels: dict[str, str] = Field(default_factory=lambda: {"grafana_dashboard": "1"})
 
 
+class BatchStoreValues(_Values):
+    enabled: bool = Field(False, description="A PersistentVolumeClaim on the head pod for the Batch API's SQLite "
+                          "store (kvserve.batch.db_path points into it; the ingress is pinned to the head node).")
+    size: str = "10Gi"
+    storageClassName: str | None = None
+    mountPath: str = DEFAULT_BATCH_MOUNT
+
+
 class ServeValues(_Values):
     runtimeEnv: K8sObject = Field(default_factory=dict, description="Ray runtime_env of the Serve application.")
 
@@ -125,6 +135,7 @@ class ChartValues(_Values):
     podMonitor: MonitorValues = Field(default_factory=MonitorValues)
     grafanaDashboard: DashboardValues = Field(default_factory=DashboardValues)
     serve: ServeValues = Field(default_factory=ServeValues)
+    batchStore: BatchStoreValues = Field(default_factory=BatchStoreValues)
     podLabels: dict[str, str] = Field(default_factory=dict)
     podAnnotations: dict[str, str] = Field(default_factory=dict)
     nameOverride: str | None = None
@@ -207,7 +218,8 @@ def effective_kvserve(values: dict[str, Any]) -> dict[str, Any]:
     """The `kvserve` section the chart renders into serveConfigV2 (mirrors templates/_helpers.tpl).
 
     When a key Secret is mounted and no key source is set, the chart points
-    `tenants.keys_file` at the mounted file.
+    `tenants.keys_file` at the mounted file. With batchStore enabled, batch.db_path lies on its
+    volume and the ingress (the batch worker) is pinned to the head pod that mounts it.
     """
     section = copy.deepcopy(values.get("kvserve") or {})
     secret = values.get("apiKeySecret") or {}
@@ -218,6 +230,12 @@ def effective_kvserve(values: dict[str, Any]) -> dict[str, Any]:
             section["tenants"] = {**tenants, "keys_file": keys_file}
     elif secret.get("name"):
         section["tenants"] = {"keys_file": keys_file}
+    store = values.get("batchStore") or {}
+    if store.get("enabled"):
+        batch = dict(section.get("batch") or {})
+        batch.setdefault("db_path", f"{store.get('mountPath', DEFAULT_BATCH_MOUNT)}/batch.sqlite")
+        batch.setdefault("node_resource", HEAD_NODE_RESOURCE)
+        section["batch"] = batch
     return section
 
 

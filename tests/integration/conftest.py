@@ -55,13 +55,15 @@ def test_config(port: int) -> KVServeConfig:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> LiveCluster:
+def cluster(tmp_path_factory) -> LiveCluster:
     from cluster.local import base_url, deploy, shutdown, start_cluster
     from kvserve.model import prepare_model
 
     prepare_model()  # offline, idempotent
     os.environ.setdefault("KVSERVE_LOG_TO_DRIVER", "0")
     cfg = test_config(_free_port())
+    cfg.batch.db_path = str(tmp_path_factory.mktemp("batch") / "batch.sqlite")  # this session's batches only
+    cfg.batch.max_file_bytes = 1_048_576  # small enough to send one larger file (413)
     started = start_cluster(cfg, join_existing=False)
     try:
         deploy(cfg, address=None, timeout_s=900)

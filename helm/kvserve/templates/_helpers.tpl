@@ -55,6 +55,12 @@ are kvserve.config.serving_problem's, which the app applies again when it starts
 {{- fail "kvserve.tenants: no API keys configured: set apiKeySecret.name (recommended), kvserve.tenants.keys/keys_file, or kvserve.tenants.open_mode=true with kvserve.tenants.allow_open_on_network=true for development on a trusted network" -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.batchStore.enabled -}}
+{{- $b := $cfg.batch | default dict -}}
+{{- if not (hasKey $b "db_path") }}{{ $_ := set $b "db_path" (printf "%s/batch.sqlite" .Values.batchStore.mountPath) }}{{ end -}}
+{{- if not (hasKey $b "node_resource") }}{{ $_ := set $b "node_resource" "node:__internal_head__" }}{{ end -}}
+{{- $_ := set $cfg "batch" $b -}}
+{{- end -}}
 {{- $host := dig "server" "host" "127.0.0.1" $cfg -}}
 {{- if and $t.open_mode (not $t.allow_open_on_network) (not (or (hasPrefix "127." $host) (eq $host "localhost" "::1"))) -}}
 {{- fail (printf "kvserve.tenants.open_mode serves without API keys on the network address server.host=%s: set kvserve.tenants.allow_open_on_network=true (trusted network only) or configure API keys" $host) -}}
