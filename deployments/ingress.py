@@ -29,8 +29,9 @@ from deployments.errors import (APIError, error_body, error_response, from_vllm,
 from deployments.lazy_fields import materialize_request
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
+from deployments.tenant_salt import request_salt
 from kvserve.config import KVServeConfig
-from router.block_hash import chain_hashes
+from router.block_hash import chain_hashes, salted_root
 from router.hot_prefixes import HotPrefixTracker, family_key
 
 log = logging.getLogger("kvserve.ingress")
@@ -148,6 +149,9 @@ class Ingress(BatchRoutes):
 
         renderer = await self.renderer()
         model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
+        salt = request_salt(tenant, data.get("cache_salt"), self.cfg.tenants.cache_isolation)
+        if salt != data.get("cache_salt"):
+            data = {**data, "cache_salt": salt}
         with vllm_errors_as_api_errors():
             req = validate_model(model_cls, data)
             materialize_request(req)  # lazily validated iterables -> lists (picklable, re-readable)
@@ -171,8 +175,8 @@ class Ingress(BatchRoutes):
             validate_token_ids(renderer, tokens, prompt_param)
         completion_tokens = (req.max_completion_tokens or req.max_tokens) if kind == "chat" else req.max_tokens
         check_context(len(tokens), completion_tokens, self.cfg.model.max_model_len, prompt_param)
-        hashes = chain_hashes(tokens, self.cfg.engine.block_size)
-        self._note_hot(tenant, hashes, tokens)
+        hashes = chain_hashes(tokens, self.cfg.engine.block_size, salted_root(salt))
+        self._note_hot(tenant, hashes, tokens, salt)
         rid = f"{kind}-{uuid.uuid4().hex[:16]}"
         common = dict(request_id=rid, body=data, request=req, engine_inputs=list(engine_inputs), block_hashes=hashes,
                       num_prompt_tokens=len(tokens), tenant=tenant, submitted_at=time.time(),
@@ -181,11 +185,11 @@ class Ingress(BatchRoutes):
             return ChatWork(conversation=list(conversation), messages=data.get("messages", []), **common)
         return CompletionWork(prompt=data.get("prompt", ""), **common)
 
-    def _note_hot(self, tenant: str, hashes: list[int], tokens: list[int]) -> None:
+    def _note_hot(self, tenant: str, hashes: list[int], tokens: list[int], salt: str | None) -> None:
         """Track hot prefixes (keyed by tenant + the prompt's second block) for scale-up warming."""
         if len(hashes) < 2 or not self.cfg.autoscaling.warm_prefixes:
             return
-        self.hot.observe(family_key(tenant, hashes), tokens, time.monotonic())
+        self.hot.observe(family_key(tenant, hashes), tokens, time.monotonic(), salt)
         self._hot_dirty = True
 
     async def _post_hot_every(self, period_s: float) -> None:

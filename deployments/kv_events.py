@@ -18,6 +18,16 @@ from router.engine_blocks import EngineBlockSet
 log = logging.getLogger(__name__)
 
 
+def first_block_salt(ev) -> str | None:
+    """The cache_salt of a stored prompt's first block, from the event's untagged extra keys
+    (LoRA name, (mm id, offset) pairs, salt, ... in that order; LoRA events are skipped upstream,
+    so the first string is the salt). vLLM 0.24's events carry no extra keys."""
+    keys = getattr(ev, "extra_keys", None)
+    if ev.parent_block_hash is not None or not keys or not keys[0]:
+        return None
+    return next((k for k in keys[0] if isinstance(k, str)), None)
+
+
 def new_ipc_endpoint() -> str:
     return f"ipc://{Path(tempfile.gettempdir()) / f'kvserve-kv-{uuid.uuid4().hex[:12]}.sock'}"
 
@@ -75,7 +85,8 @@ class KVEventCollector:
                         self.events_seen += 1
                         if isinstance(ev, BlockStored):
                             if ev.lora_id is None and (ev.group_idx in (None, 0)):
-                                self.blocks.stored(ev.block_hashes, ev.parent_block_hash, ev.token_ids)
+                                self.blocks.stored(ev.block_hashes, ev.parent_block_hash, ev.token_ids,
+                                                  first_block_salt(ev))
                         elif isinstance(ev, BlockRemoved):
                             self.blocks.removed(ev.block_hashes)
                         elif isinstance(ev, AllBlocksCleared):

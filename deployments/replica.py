@@ -121,11 +121,14 @@ class LLMReplica:
             SamplingParams = get("SamplingParams")
 
             hot = await board(self.cfg.app_name).get_hot.remote()
-            for _, tokens, _ in hot[:n]:  # the ingress posts only families over warm_min_requests
+            for family in hot[:n]:  # the ingress posts only families over warm_min_requests
                 if time.monotonic() - start > budget:
                     break
                 req_id = f"warm-{self.replica_id}-{self.warmed_prefixes}"
-                async for _ in self.engine.generate({"prompt_token_ids": list(tokens)},
+                prompt = {"prompt_token_ids": list(family.tokens)}
+                if family.salt:  # the tenant's cache_salt, or the warmed blocks would be ones it never hits
+                    prompt["cache_salt"] = family.salt
+                async for _ in self.engine.generate(prompt,
                                                     SamplingParams(max_tokens=1), req_id):
                     pass
                 self.warmed_prefixes += 1

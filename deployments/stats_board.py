@@ -22,7 +22,7 @@ class StatsBoard:
         self._hot: list = []
 
     def put_hot(self, hot: list) -> None:
-        """The ingress's hottest prefixes: [(key, token_ids, score)], hottest first."""
+        """The ingress's hottest prefixes (router.hot_prefixes.HotPrefix), hottest first."""
         self._hot = hot
 
     def get_hot(self) -> list:

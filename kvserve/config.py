@@ -313,6 +313,13 @@ class TenantsConfig(_Section):
         "this second, deliberate switch: for a trusted network only (e.g. a dev cluster behind a ClusterIP Service)."
     )
     keys: list[TenantKey] = Field(default_factory=list)
+    cache_isolation: Literal["tenant", "shared"] = Field(
+        "tenant", description="`tenant`: the ingress salts every prompt's KV blocks with its tenant (vLLM's "
+        "cache_salt), so tenants share cached blocks only among their own requests: another tenant cannot time "
+        "its TTFT to learn what you have cached. Costs hit rate only on prefixes tenants have in common. "
+        "`shared`: one cache for all (the client's own cache_salt still applies); for a single trusted tenant "
+        "or tenants that share long preambles."
+    )
     keys_file: str | None = Field(
         None, description="YAML/JSON list of {tenant, key_sha256} entries (e.g. a mounted Secret)."
     )

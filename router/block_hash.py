@@ -12,9 +12,22 @@ the simulator all compute identical values without a shared seed.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 ROOT_HASH = 0x6B76_7365_7276_6531  # parent of the first block ("kvserve1")
+
+
+def salted_root(salt: str | None) -> int:
+    """Parent of the first block of a prompt carrying vLLM's `cache_salt`.
+
+    vLLM mixes the salt into block 0's hash only, so every block of a salted prompt differs from the
+    unsalted one; chaining from a salt-derived root does the same here. sha256, not hash(str): str
+    hashes are salted per process and the ingress and replicas must agree.
+    """
+    if not salt:
+        return ROOT_HASH
+    return hash((ROOT_HASH, int.from_bytes(hashlib.sha256(salt.encode()).digest()[:8], "big")))
 
 
 def hash_block(parent: int, tokens: Sequence[int]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from router.block_hash import ROOT_HASH, hash_block
+from router.block_hash import hash_block, salted_root
 
 
 class EngineBlockSet:
@@ -22,9 +22,11 @@ class EngineBlockSet:
         self._held: dict[int, int] = {}  # our hash -> engine blocks carrying it (for prefix lookups)
         self.version = 0  # bumps on every change (lets callers skip unchanged snapshots)
 
-    def stored(self, engine_hashes: Sequence[Hashable], parent: Hashable | None, token_ids: Sequence[int]) -> None:
+    def stored(self, engine_hashes: Sequence[Hashable], parent: Hashable | None, token_ids: Sequence[int],
+               salt: str | None = None) -> None:
+        """`salt`: the prompt's cache_salt, which vLLM reports with a prompt's first block."""
         if parent is None:
-            h = ROOT_HASH
+            h = salted_root(salt)
         elif parent in self._ours:
             h = self._ours[parent]
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass
@@ -17,6 +18,14 @@ class _Tenant:
     prefix: list[int]
     score: float
     last: float
+    salt: str | None  # the family's vLLM cache_salt: a warm-up must carry it to fill the blocks it will hit
+
+
+class HotPrefix(NamedTuple):
+    key: str
+    tokens: list[int]
+    score: float  # decayed request count
+    salt: str | None
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -41,7 +50,7 @@ class HotPrefixTracker:
         self.min_tokens = min_blocks * block_size
         self._tenants: dict[str, _Tenant] = {}
 
-    def observe(self, tenant: str, token_ids: Sequence[int], now: float) -> None:
+    def observe(self, tenant: str, token_ids: Sequence[int], now: float, salt: str | None = None) -> None:
         t = self._tenants.get(tenant)
         if t is None:
             if len(self._tenants) >= self.max_tenants:
@@ -49,7 +58,7 @@ class HotPrefixTracker:
                 del self._tenants[coldest]
             # Until a second prompt shows what is shared, assume all full blocks but the last.
             keep = max((len(token_ids) - 1) // self.block_size * self.block_size, 0)
-            self._tenants[tenant] = _Tenant(list(token_ids[:keep]), 1.0, now)
+            self._tenants[tenant] = _Tenant(list(token_ids[:keep]), 1.0, now, salt)
             return
         shared = common_prefix_len(t.prefix, token_ids)
         t.prefix = t.prefix[: shared // self.block_size * self.block_size]
@@ -59,10 +68,11 @@ class HotPrefixTracker:
     def _score(self, t: _Tenant, now: float) -> float:
         return t.score * math.exp(-self.decay * max(now - t.last, 0.0))
 
-    def hottest(self, n: int, now: float, min_score: float = 0.0) -> list[tuple[str, list[int], float]]:
-        """Up to `n` (tenant, prefix token ids, decayed request count), hottest first, counts >= `min_score`."""
+    def hottest(self, n: int, now: float, min_score: float = 0.0) -> list[HotPrefix]:
+        """Up to `n` families, hottest first, with decayed request counts >= `min_score`."""
         ranked = sorted(
-            ((k, t.prefix, self._score(t, now)) for k, t in self._tenants.items() if len(t.prefix) >= self.min_tokens),
-            key=lambda x: -x[2],
+            (HotPrefix(k, t.prefix, self._score(t, now), t.salt)
+             for k, t in self._tenants.items() if len(t.prefix) >= self.min_tokens),
+            key=lambda h: -h.score,
         )
-        return [h for h in ranked[:n] if h[2] >= min_score]
+        return [h for h in ranked[:n] if h.score >= min_score]

@@ -159,7 +159,7 @@ class Cluster:
         rep.warmed = True
         cfg, ms, bs = self.scaling.cfg, 0.0, self.engine.block_size  # type: ignore[union-attr]
         # Live, each hot prefix is one max_tokens=1 request run alone, until the time budget is spent.
-        for _, hashes, _ in self.hot.hottest(cfg.warm_prefixes, now, cfg.warm_min_requests):
+        for _, hashes, *_ in self.hot.hottest(cfg.warm_prefixes, now, cfg.warm_min_requests):
             if ms / 1000.0 > cfg.warm_timeout_s:
                 break
             ms += self.profile.prefill_ms_for(len(hashes) * bs) + self.profile.decode_step_ms(1)

@@ -158,3 +158,18 @@ def test_killing_a_replica_leaves_routing_working(cluster):
             break
         time.sleep(2)
     assert httpx.get(cluster.url + "/ready", timeout=10).json()["running_replicas"] == 2
+
+
+def test_tenants_do_not_share_cached_blocks(cluster):
+    """Cache isolation (tenants.cache_isolation: tenant, the default): the same long prompt hits the
+    prefix cache for the tenant that sent it and for nobody else, on whichever replica it lands."""
+
+    def cached(tenant: str) -> int:
+        usage = cluster.openai(tenant).completions.create(
+            model=MODEL, prompt=_system("isolation-probe") + " Answer:", max_tokens=1, temperature=0).usage
+        return usage.prompt_tokens_details.cached_tokens or 0
+
+    first_a, again_a, first_b = cached("tenant-a"), cached("tenant-a"), cached("tenant-b")
+    assert first_a == 0 and again_a > 800, (first_a, again_a)
+    assert first_b == 0, first_b
+    assert cached("tenant-b") > 800  # within tenant-b, sharing still works

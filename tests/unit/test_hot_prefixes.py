@@ -9,8 +9,8 @@ def test_shared_system_prompt_is_found_and_block_aligned():
     system = list(range(100, 118))  # 18 tokens
     t.observe("acme", system + [1, 2, 3], now=0)
     t.observe("acme", system + [7, 8], now=1)
-    [(tenant, prefix, score)] = t.hottest(5, now=1)
-    assert tenant == "acme" and prefix == system[:16] and score > 1.9
+    [(tenant, prefix, score, salt)] = t.hottest(5, now=1)
+    assert tenant == "acme" and prefix == system[:16] and score > 1.9 and salt is None
 
 
 def test_ranking_by_decayed_popularity():
@@ -41,7 +41,7 @@ def test_prefix_is_common_to_every_observed_prompt(prompts):
     t = HotPrefixTracker(block_size=2, min_blocks=1)
     for p in prompts:
         t.observe("x", p, now=0)
-    for _, prefix, _ in t.hottest(1, now=0):
+    for _, prefix, *_ in t.hottest(1, now=0):
         assert len(prefix) % 2 == 0
         assert all(common_prefix_len(prefix, p) == len(prefix) for p in prompts[1:])
 
@@ -52,7 +52,15 @@ def test_min_score_leaves_out_rarely_seen_prefixes():
         t.observe("hot", [1, 2, 3, 9], now=0)
     for _ in range(2):
         t.observe("rare", [4, 5, 6, 9], now=0)
-    assert [k for k, _, _ in t.hottest(4, now=0, min_score=4.0)] == ["hot"]
+    assert [h.key for h in t.hottest(4, now=0, min_score=4.0)] == ["hot"]
     # The count decays: two minutes later the hot family counts 2.5, under the floor too.
     assert t.hottest(4, now=120.0, min_score=4.0) == []
-    assert [k for k, _, _ in t.hottest(4, now=120.0, min_score=2.0)] == ["hot"]
+    assert [h.key for h in t.hottest(4, now=120.0, min_score=2.0)] == ["hot"]
+
+
+def test_a_family_keeps_its_cache_salt_for_warm_up():
+    t = HotPrefixTracker(block_size=2, min_blocks=1)
+    t.observe("acme:1", [1, 2, 3, 4, 5], now=0, salt="kvs-acme")
+    t.observe("acme:1", [1, 2, 3, 4, 6], now=0, salt="kvs-acme")
+    (hot,) = t.hottest(1, now=0)
+    assert hot.salt == "kvs-acme" and hot.tokens == [1, 2, 3, 4]
