@@ -136,7 +136,7 @@ def serve_and_check(path: str, policy: str | None, out_dir: Path, deadline: floa
 
     cfg = load_config(path)
     stem = Path(path).stem + (f"-{policy}" if policy else "")
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--config", path] + (["--policy", policy] if policy else [])
+    cmd = [sys.executable, "-m", "cli", "serve", "--config", path] + (["--policy", policy] if policy else [])
     log = (out_dir / f"{stem}.serve.log").open("w")
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}  # vLLM's memory lines are INFO
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

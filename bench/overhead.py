@@ -3,7 +3,7 @@
 Both targets get the same engine flags (`deployments.vllm_args.engine_cli_args`),
 the same seeded random-token prompts and the same client (`bench.client`), one
 target at a time on the same machine. This module builds the server commands
-and assembles the result JSON; `bench.overhead_cli` runs them.
+and assembles the result JSON; `cli.bench_overhead` runs them.
 """
 
 from __future__ import annotations
@@ -145,4 +145,4 @@ def one_replica_config(cfg: KVServeConfig, port: int) -> dict[str, Any]:
 
 
 def kvserve_command(config_path: str, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "kvserve.cli", "serve", "--config", config_path]
+    return [python, "-m", "cli", "serve", "--config", config_path]

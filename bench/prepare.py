@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench.arrivals import parse_load_shape, parse_skew, poisson_arrivals
+from kvserve.arrivals import parse_load_shape, parse_skew, poisson_arrivals
 from bench.tokens import SafeVocab, TokenizerLike
 from bench.workloads import Workload, multi_tenant, trace
 

@@ -23,7 +23,7 @@ import typer
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
 from router.block_hash import chain_ids
-from router.policies.kvserve import KVServePolicy
+from router.policies.kvserve import PrefixCostRouter
 
 SYSTEM_BLOCKS = 24  # a tenant's shared system prompt, in blocks
 CONVERSATION_BLOCKS = 32  # history beyond the system prompt
@@ -62,7 +62,7 @@ def run(
     """
     rng = random.Random(seed)
     cache, conversations = _build_cache(replicas, blocks, rng)
-    policy = KVServePolicy(RouterConfig(), seed=seed, block_size=BLOCK_TOKENS)
+    policy = PrefixCostRouter(RouterConfig().params(), seed=seed, block_size=BLOCK_TOKENS)
     for rid, held in cache.items():
         policy.on_cache_snapshot(rid, held, now=0.0)
     ids = sorted(cache)

@@ -63,7 +63,7 @@ def fake_app(cfg: Any, step_s: float, work_s: float):
 
     from deployments.app import replica_options
     from deployments.ingress import Ingress
-    from kvserve.serve_config import ingress_limits
+    from cluster.serve_config import ingress_limits
 
     config = {**cfg.model_dump(mode="json"), "num_replicas": 1}
     replica = serve.deployment(FakeReplica).options(**replica_options(cfg)).bind(config, step_s, work_s)

@@ -1,27 +1,15 @@
-"""`kvserve` command line (typer + rich). Sub-commands owned by other rooms register themselves."""
+"""`kvserve` command line (typer + rich): one typer app, each group of commands in its own module."""
 
 from __future__ import annotations
 
 import typer
 
+from cli import bench, commands, sim
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="kvserve: prefix-aware LLM serving on Ray Serve + vLLM.")
 
-
-def _register_all() -> None:
-    # Each room exposes `register(app)`; imports stay light (heavy deps load inside commands).
-    import importlib
-
-    for mod in ("kvserve.commands", "bench.cli", "kvserve.sim.cli"):
-        try:
-            module = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name and mod.startswith(e.name):
-                continue  # room not present in this build
-            raise
-        module.register(app)
-
-
-_register_all()
+for _module in (commands, bench, sim):
+    _module.register(app)
 
 if __name__ == "__main__":
     app()

@@ -211,7 +211,7 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
-    from bench.overhead_cli import overhead
+    from cli.bench_overhead import overhead
 
     app.command("bench")(bench)
     app.command("bench-overhead")(overhead)

@@ -195,7 +195,7 @@ def profile_cmd(
     reps: int = typer.Option(3, help="Repetitions per prefill point (median)."),
 ) -> None:
     """Measure one live engine (prefill, decode, KV capacity) and write a profile JSON."""
-    from kvserve.profile import run_profile
+    from bench.engine_profile import run_profile
 
     cfg = _load(config)
     _ensure_model(cfg)
@@ -215,7 +215,7 @@ def dashboard_export(
         "source checkout, else stdout."),
 ) -> None:
     """Write the Grafana dashboard JSON (SLO lines from the config's `slo`)."""
-    from kvserve.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
+    from cluster.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
 
     text = dashboard_text(build_dashboard(_load(config).slo))
     if out is None and CHART_DASHBOARD.parent.is_dir():
@@ -239,7 +239,7 @@ def dashboard_push(
 
     from grafana_client.client import GrafanaException
 
-    from kvserve.dashboard import build_dashboard, push
+    from cluster.dashboard import build_dashboard, push
 
     parts = urlsplit(url)
     host = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never echo user:pass from the URL

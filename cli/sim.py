@@ -102,13 +102,13 @@ def sim(
 
     from kvserve.config import load_config
     from kvserve.perf_model import EngineProfile
-    from kvserve.sim import plots
-    from kvserve.sim.engine import EngineSettings
-    from kvserve.sim.runner import (
+    from simulator import plots
+    from simulator.engine import EngineSettings
+    from simulator.runner import (
         PACKAGED_PROFILE, TRACE_CACHE_FILL, SimSetup, add_partition_oracle, compare_autoscalers, compare_policies,
         default_kv_blocks, router_config_for,
     )
-    from kvserve.sim.workloads import TenantMix, generated, load_trace
+    from simulator.workloads import TenantMix, generated, load_trace
     from router.registry import policy_names
 
     console = Console()
@@ -214,7 +214,7 @@ def sim(
         console.print(f"wrote {json_out}")
     if requests_jsonl is not None:
         from bench.report import write_jsonl
-        from kvserve.sim.metrics import request_rows
+        from simulator.metrics import request_rows
 
         write_jsonl(requests_jsonl, (row for name, res in results.items() for row in request_rows(name, res.requests)))
         console.print(f"wrote {requests_jsonl}")

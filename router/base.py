@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from kvserve.policy_params import RouterParams
+
 
 @dataclass(frozen=True)
 class ReplicaLoad:
@@ -43,6 +45,11 @@ class RoutingPolicy(ABC):
     """Ranks candidate replicas for a request. Pure: no Ray, no I/O, no clocks of its own."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def create(cls, params: RouterParams, seed: int) -> RoutingPolicy:
+        """The registry's constructor (router.registry.make_policy); a policy takes what it needs."""
+        return cls()
 
     @abstractmethod
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:

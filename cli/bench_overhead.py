@@ -122,7 +122,7 @@ def overhead(
     from bench.servers import free_port, port_is_free
     from bench.tokens import SafeVocab
     from deployments.vllm_args import engine_cli_args
-    from kvserve.commands import _ensure_model, _load
+    from cli.commands import _ensure_model, _load
 
     try:
         levels = parse_levels(concurrency)

@@ -1,0 +1,1 @@
+"""The `kvserve` command line (typer + rich): the top layer, above every adapter."""
