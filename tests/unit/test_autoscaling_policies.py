@@ -138,7 +138,7 @@ def test_serve_default_more_ongoing_never_yields_fewer_replicas(cfg, a, b, state
     current = data.draw(st.integers(cfg.min_replicas, cfg.max_replicas))
     out = []
     for ongoing in sorted((a, b)):
-        policy = ServeDefaultPolicy(cfg)
+        policy = ServeDefaultPolicy(cfg.params())
         policy.set_state({"gate": state["gate"]})
         out.append(policy.decide(step(now, current, [], ongoing=ongoing)).replicas)
     assert out[0] <= out[1]
@@ -152,7 +152,7 @@ def test_serve_default_more_ongoing_never_yields_fewer_replicas(cfg, a, b, state
 def test_changes_only_after_the_wish_persisted_for_its_delay(cfg, with_profile, trace):
     """Closed loop over an arbitrary load trace: an upscale happens only after >= upscale_delay_s
     since the previous change (or start), a downscale likewise with downscale_delay_s."""
-    for policy in (make_kvserve(cfg, with_profile), ServeDefaultPolicy(cfg)):
+    for policy in (make_kvserve(cfg, with_profile), ServeDefaultPolicy(cfg.params())):
         # From zero both policies cold-start at once by design; start from one replica.
         current, now, last_change = max(cfg.min_replicas, 1), 0.0, 0.0
         for gap, load in trace:
@@ -506,14 +506,14 @@ def test_state_round_trips_through_plain_dicts():
 
 def test_fixed_max_is_always_max():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=7)
-    p = FixedMaxPolicy(cfg)
+    p = FixedMaxPolicy(cfg.params())
     assert {p.decide(step(t, c, [])).replicas for t, c in [(0, 1), (5, 7), (9, 3)]} == {7}
 
 
 def test_serve_default_rule():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=10, target_ongoing_requests=4,
                             upscale_delay_s=10, downscale_delay_s=30)
-    p = ServeDefaultPolicy(cfg)
+    p = ServeDefaultPolicy(cfg.params())
     assert p.decide(step(0, 2, [], ongoing=17)).replicas == 2  # wants ceil(17/4) = 5, delayed
     assert p.decide(step(10, 2, [], ongoing=17)).replicas == 5
     assert p.decide(step(11, 5, [], ongoing=20)).replicas == 5
