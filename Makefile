@@ -26,10 +26,13 @@ model: install
 serve: model
 	$(BIN)/kvserve serve --dev $(if $(CONFIG),--config $(CONFIG))
 
+# lint-imports: the layer contracts in pyproject.toml ([tool.importlinter]); a violation fails the target.
 test: model
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
 test-fast: install
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not integration and not slow" tests
 
 # ---- Benchmarks: each target regenerates one table of docs/BENCHMARKS.md, with the commands that

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from kvserve.perf_model import EngineProfile
+from kvserve.policy_params import AutoscalerParams, SLOTargets
+
 
 @dataclass(frozen=True)
 class ReplicaMetrics:
@@ -29,7 +32,7 @@ class ReplicaMetrics:
 @dataclass(frozen=True)
 class ScalingInput:
     now: float
-    current_replicas: int  # replicas running or starting (the target Serve is working towards)
+    target_replicas: int  # replicas running or starting (the target Serve is working towards)
     running_replicas: int  # replicas serving now
     metrics: Sequence[ReplicaMetrics]  # may be empty: the policy must then hold
     total_ongoing: float = 0.0  # ongoing requests across the deployment (Serve's own signal)
@@ -51,6 +54,11 @@ class ScalingPolicy(ABC):
     through `get_state`/`set_state` (Serve keeps it in the policy_state dict between calls)."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def create(cls, params: AutoscalerParams, slo: SLOTargets, profile: EngineProfile | None) -> ScalingPolicy:
+        """The registry's constructor (autoscaling.registry.make_autoscaler); a policy takes what it needs."""
+        return cls(params)  # type: ignore[call-arg]
 
     @abstractmethod
     def decide(self, inp: ScalingInput) -> Decision: ...

@@ -23,6 +23,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from deployments import vllm_compat
+from deployments.vllm_args import engine_cli_args, gpu_device_memory, parse_vllm_args
+from kvserve.config import KVServeConfig, load_config
+from kvserve.model import resolve_model_path
+from kvserve.model_footprint import kv_bytes_for_tokens, local_model_dir
+
 # Lines of the engines' logs that tell how memory went (vLLM's own words, and ours), and failures.
 MEMORY_LINES = re.compile(r"Available KV cache memory|for KV Cache as specified|KV cache size|GiB for KV cache|"
                           r"Model loading took|CUDA graph pool memory|Graph capturing finished")
@@ -45,10 +51,7 @@ def static_checks(configs: list[tuple[str, str | None]]) -> dict[str, Any]:
     """Where each vLLM name resolved, ray_prefix's class, and each config's vLLM args and KV plan."""
     import ray
 
-    from deployments import vllm_compat
     from deployments.app import request_router_config
-    from deployments.vllm_args import engine_cli_args, gpu_device_memory, parse_vllm_args
-    from kvserve.config import KVServeConfig, load_config
 
     result: dict[str, Any] = {"vllm": vllm_compat.vllm_version(), "ray": ray.__version__, "gpu": _gpu(),
                               "compat": {}, "configs": {}, "errors": []}
@@ -83,8 +86,6 @@ def static_checks(configs: list[tuple[str, str | None]]) -> dict[str, Any]:
 def planned_kv_tokens(cfg: Any, args: list[str]) -> int | None:
     if "--kv-cache-memory-bytes" not in args:
         return None
-    from kvserve.model import resolve_model_path
-    from kvserve.model_footprint import kv_bytes_for_tokens, local_model_dir
 
     per_block = kv_bytes_for_tokens(cfg, local_model_dir(resolve_model_path(cfg.model)), cfg.engine.block_size)
     return int(args[args.index("--kv-cache-memory-bytes") + 1]) // per_block * cfg.engine.block_size
@@ -132,11 +133,9 @@ def _log_lines(pattern: re.Pattern, limit: int) -> list[str]:
 
 
 def serve_and_check(path: str, policy: str | None, out_dir: Path, deadline: float) -> dict[str, Any]:
-    from kvserve.config import load_config
-
     cfg = load_config(path)
     stem = Path(path).stem + (f"-{policy}" if policy else "")
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--config", path] + (["--policy", policy] if policy else [])
+    cmd = [sys.executable, "-m", "cli", "serve", "--config", path] + (["--policy", policy] if policy else [])
     log = (out_dir / f"{stem}.serve.log").open("w")
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}  # vLLM's memory lines are INFO
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -20,7 +20,7 @@ if [ "${mib:-0}" -gt 100000 ] && [ "$what" != overhead ]; then export KVSERVE_EN
 
 case "$what" in
 overhead)
-  $py -m kvserve.cli bench-overhead --config bench/configs/gpu-8b-1replica.yaml --concurrency "${LEVELS:-1,32,128}" \
+  $py -m cli bench-overhead --config bench/configs/gpu-8b-1replica.yaml --concurrency "${LEVELS:-1,32,128}" \
     --out "$out/gpu-overhead.json" --logs /tmp/overhead-logs
   rc=$?
   tar -czf "$out/overhead-logs.tgz" -C /tmp overhead-logs 2>/dev/null
@@ -28,10 +28,10 @@ overhead)
   ;;
 router-ab)
   cfg=bench/configs/gpu-8b-4replicas.yaml
-  setsid $py -m kvserve.cli serve --config $cfg > /tmp/serve.log 2>&1 < /dev/null &
+  setsid $py -m cli serve --config $cfg > /tmp/serve.log 2>&1 < /dev/null &
   pid=$!
   # The bench waits for every replica itself (/ready); it redeploys each policy on cold engines.
-  $py -m kvserve.cli bench --config $cfg --workload multi-tenant --tenants 32 --tenant-skew zipf:1.1 \
+  $py -m cli bench --config $cfg --workload multi-tenant --tenants 32 --tenant-skew zipf:1.1 \
     --system-tokens 2000 --question-tokens 50 --output-tokens 64 --concurrency 64 --requests "${REQUESTS:-600}" \
     --policies "${POLICIES:-round_robin,pow2,ray_prefix,kvserve}" --ready-timeout 300 --timeout 300 \
     --json "$out/gpu-router-ab.json" --requests-jsonl /tmp/router-ab.requests.jsonl
@@ -43,7 +43,7 @@ router-ab)
   ;;
 profile)
   # The replicas' own engine settings and share, so the simulator models the engines the A/B ran on.
-  $py -m kvserve.cli profile --config bench/configs/gpu-8b-4replicas.yaml --out "$out/gpu-profile.json" \
+  $py -m cli profile --config bench/configs/gpu-8b-4replicas.yaml --out "$out/gpu-profile.json" \
     --prompt-sizes 256,512,1024,2048,4000 --fractions 0,0.5,0.9 --batches 1,2,4,8,16,32,64 --contexts 1024,2048 --reps 3
   ;;
 ab-start)

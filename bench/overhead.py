@@ -3,14 +3,16 @@
 Both targets get the same engine flags (`deployments.vllm_args.engine_cli_args`),
 the same seeded random-token prompts and the same client (`bench.client`), one
 target at a time on the same machine. This module builds the server commands
-and assembles the result JSON; `bench.overhead_cli` runs them.
+and assembles the result JSON; `cli.bench_overhead` runs them.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
+from deployments.vllm_args import engine_cli_args, engine_env
 from kvserve.config import KVServeConfig
 
 # The issue's targets (kvserve with 1 replica vs vLLM's server, same engine flags).
@@ -108,16 +110,12 @@ def bare_vllm_command(cfg: KVServeConfig, port: int, python: str = sys.executabl
 
     No KV-event publisher unless an endpoint is given: the publisher is kvserve's, and its cost
     is part of what is measured (`bare_kv_events` publishes, to nobody, to isolate the engine's share)."""
-    from deployments.vllm_args import engine_cli_args
-
     return [python, "-m", VLLM_SERVER_MODULE, *engine_cli_args(cfg, kv_events_endpoint=kv_events_endpoint),
             "--host", "127.0.0.1", "--port", str(port)]
 
 
 def bare_vllm_env(cfg: KVServeConfig) -> dict[str, str]:
     """The engine environment a kvserve replica sets for itself (CPU: KV space, OpenMP binding)."""
-    from deployments.vllm_args import engine_env
-
     env = engine_env(cfg)
     if cfg.engine.device == "cpu":
         # A replica claims a core slot; one lone server takes the same first slot's cores.
@@ -129,8 +127,6 @@ def bare_vllm_env(cfg: KVServeConfig) -> dict[str, str]:
 
 
 def _first_slot(cpus_per_replica: float) -> list[int]:
-    import os
-
     cores = sorted(os.sched_getaffinity(0))
     return cores[: max(1, min(int(max(1, cpus_per_replica)), len(cores)))]
 
@@ -145,4 +141,4 @@ def one_replica_config(cfg: KVServeConfig, port: int) -> dict[str, Any]:
 
 
 def kvserve_command(config_path: str, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "kvserve.cli", "serve", "--config", config_path]
+    return [python, "-m", "cli", "serve", "--config", config_path]

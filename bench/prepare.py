@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench.arrivals import parse_load_shape, parse_skew, poisson_arrivals
 from bench.tokens import SafeVocab, TokenizerLike
 from bench.workloads import Workload, multi_tenant, trace
+from kvserve.arrivals import parse_load_shape, parse_skew, poisson_arrivals
+from kvserve.model import resolve_model_path
 
 POLICIES = ("round_robin", "pow2", "ray_prefix", "kvserve")
 
@@ -40,7 +41,6 @@ def load_tokenizer(model_cfg: Any, override: str | None = None) -> TokenizerLike
     """The served model's tokenizer (prepared local dir for the embedded default model)."""
     from transformers import AutoTokenizer
 
-    from kvserve.model import resolve_model_path
 
     path = override or model_cfg.tokenizer or resolve_model_path(model_cfg)
     return AutoTokenizer.from_pretrained(path)

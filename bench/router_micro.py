@@ -25,7 +25,7 @@ import typer
 from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
 from router.block_hash import chain_ids
-from router.policies.kvserve import KVServePolicy
+from router.policies.kvserve import PrefixCostRouter
 
 SYSTEM_BLOCKS = 24  # a tenant's shared system prompt, in blocks
 CONVERSATION_BLOCKS = 32  # history beyond the system prompt
@@ -83,7 +83,7 @@ def run(
     rng = random.Random(seed)
     cache, conversations, homes = _build_cache(replicas, blocks, rng)
     cfg = RouterConfig() if sample == "default" else RouterConfig(sample_replicas=sample)
-    policy = KVServePolicy(cfg, seed=seed, block_size=BLOCK_TOKENS)
+    policy = PrefixCostRouter(cfg.params(), seed=seed, block_size=BLOCK_TOKENS)
     for rid, held in cache.items():
         policy.on_cache_snapshot(rid, held, now=0.0)
     ids = sorted(cache)

@@ -25,10 +25,10 @@ import typer
 from bench.trace_tiling import tile
 from kvserve.config import load_config
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.cluster import Cluster
-from kvserve.sim.engine import EngineSettings
-from kvserve.sim.runner import PACKAGED_PROFILE, SimSetup, default_kv_blocks, router_config_for, routing_summary
-from kvserve.sim.workloads import load_trace
+from simulator.cluster import Cluster
+from simulator.engine import EngineSettings
+from simulator.runner import PACKAGED_PROFILE, SimSetup, default_kv_blocks, router_config_for, routing_summary
+from simulator.workloads import load_trace
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.registry import make_policy
 
@@ -82,7 +82,7 @@ def _pct(xs: list[float], q: float) -> float | None:
 def run_one(setup: SimSetup, sample: int | None) -> dict[str, Any]:
     """One kvserve run on `setup` with `router.sample_replicas = sample`."""
     rcfg = setup.cfg.router.model_copy(update={"sample_replicas": sample})
-    policy = TimedPolicy(make_policy("kvserve", rcfg, setup.seed))
+    policy = TimedPolicy(make_policy("kvserve", rcfg.params(), setup.seed))
     cluster = Cluster(
         setup.workload, setup.profile, setup.engine, policy, replicas=setup.replicas, router_cfg=rcfg, name="kvserve",
         max_ongoing=setup.cfg.server.max_ongoing_requests, max_queued=setup.cfg.server.max_queued_requests,

@@ -23,6 +23,7 @@ from bench.metrics import RunMetrics, summarize
 from bench.server_stats import Snapshot, fetch_stats, prefix_hit_rate
 from bench.timeline import StatsSampler, TimelineRow, build_timeline
 from bench.workloads import BenchRequest
+from cluster.local import deploy as _deploy
 
 OnResult = Callable[[RequestResult], None]
 
@@ -167,8 +168,6 @@ def default_deploy(address: str) -> Deploy:
     """The lead's `cluster.local.deploy`, imported only when a redeploy is asked for (needs Ray)."""
 
     def deploy(cfg: Any) -> None:
-        from cluster.local import deploy as _deploy
-
         _deploy(cfg, address=address, restart=True)  # every policy starts on cold engines
 
     return deploy

@@ -16,12 +16,11 @@ import time
 import httpx
 
 from bench import warm_ab
+from cluster.local import base_url, deploy, shutdown, start_cluster
+from kvserve.config import load_config
 
 
 def main() -> None:
-    from cluster.local import base_url, deploy, shutdown, start_cluster
-    from kvserve.config import load_config
-
     wait_s = float(sys.argv[1]) if len(sys.argv) > 1 else 15.0
     cfg = load_config(overrides={"num_replicas": 1, "tenants": {"open_mode": True},
                                  "autoscaling": {"warm_prefixes": 4}}, environ={})

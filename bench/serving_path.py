@@ -18,15 +18,29 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+import httpx
 import typer
 
+from bench.client import completion_body
+from bench.fake_engine import FakeEngine
+from bench.overhead import parse_levels, requests_for, run_entry
+from bench.overhead_load import chunks_per_token, measure_levels, random_requests
+from bench.prepare import load_tokenizer
+from bench.profiling import Spies, cpu_by_role, per_token_us
+from bench.runner import ReplayOptions
+from bench.servers import free_port, running
+from bench.tokens import SafeVocab
+from cluster.local import shutdown, start_cluster, wait_ready
+from cluster.serve_config import ingress_limits
 from deployments.protocol import META, SSE
+from kvserve.config import KVServeConfig, load_config
 
 app = typer.Typer(add_completion=False)
 
@@ -34,8 +48,6 @@ class FakeReplica:
     """LLMReplica's streaming contract (META, then SSE chunks) over a fake engine."""
 
     async def __init__(self, config: dict, step_s: float, work_s: float) -> None:  # type: ignore[misc]
-        from bench.fake_engine import FakeEngine
-        from kvserve.config import KVServeConfig
 
         self.cfg = KVServeConfig.model_validate(config)
         self.engine = FakeEngine(step_s, work_s, self.cfg.model.name)
@@ -63,7 +75,6 @@ def fake_app(cfg: Any, step_s: float, work_s: float):
 
     from deployments.app import replica_options
     from deployments.ingress import Ingress
-    from kvserve.serve_config import ingress_limits
 
     config = {**cfg.model_dump(mode="json"), "num_replicas": 1}
     replica = serve.deployment(FakeReplica).options(**replica_options(cfg)).bind(config, step_s, work_s)
@@ -78,7 +89,6 @@ def bare_app(step_s: float, work_s: float, model: str):
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
 
-    from bench.fake_engine import FakeEngine
 
     engine = FakeEngine(step_s, work_s, model)
 
@@ -98,7 +108,6 @@ def bare_app(step_s: float, work_s: float, model: str):
 def _serve_kvserve(cfg: Any, step_s: float, work_s: float) -> None:
     from ray import serve
 
-    from cluster.local import shutdown, start_cluster, wait_ready
 
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -119,8 +128,6 @@ def _serve_kvserve(cfg: Any, step_s: float, work_s: float) -> None:
 def serve_cmd(target: str = typer.Option(...), port: int = typer.Option(...), step_ms: float = typer.Option(...),
               work_us: float = typer.Option(0.0), config: Optional[Path] = typer.Option(None)) -> None:
     """(internal) Run one target until SIGINT/SIGTERM."""
-    from kvserve.config import load_config
-
     cfg = load_config(config, overrides={"num_replicas": 1, "autoscaling": {"enabled": False},
                                          "server": {"host": "127.0.0.1", "port": port}})
     if target == "bare":
@@ -136,13 +143,6 @@ async def probe_legs(opts: Any, vocab: Any, n: int, prompt_tokens: int) -> dict[
     """Median legs of TTFT over n sequential requests: client -> server handler (`to_server`),
     handler -> first chunk sent (`server`, the fake engine's first step), first chunk -> client
     (`to_client`). One machine, one wall clock."""
-    import statistics
-
-    import httpx
-
-    from bench.client import completion_body
-    from bench.overhead_load import random_requests
-
     legs: dict[str, list[float]] = {"to_server": [], "server": [], "to_client": [], "ttft": []}
     async with httpx.AsyncClient(timeout=60) as client:
         for req in random_requests(vocab, n, prompt_tokens, 2, "sp:probe"):
@@ -182,14 +182,6 @@ def run_cmd(
     """Start the target, run the closed-loop levels, print (and append) one JSON result."""
     import psutil
 
-    from bench.overhead import parse_levels, requests_for, run_entry
-    from bench.profiling import Spies, cpu_by_role, per_token_us
-    from bench.overhead_load import chunks_per_token, measure_levels, random_requests
-    from bench.prepare import load_tokenizer
-    from bench.runner import ReplayOptions
-    from bench.servers import free_port, running
-    from bench.tokens import SafeVocab
-    from kvserve.config import load_config
 
     cfg = load_config(config)
     levels = parse_levels(concurrency)

@@ -11,8 +11,8 @@ arrivals, so the copies interleave instead of arriving in lock-step.
 
 from __future__ import annotations
 
-from kvserve.sim.engine import SimRequest
-from kvserve.sim.workloads import SimWorkload
+from simulator.engine import SimRequest
+from simulator.workloads import SimWorkload
 
 
 def tile(workload: SimWorkload, copies: int, requests: int | None = None, time_scale: float = 1.0) -> SimWorkload:

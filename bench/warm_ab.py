@@ -16,6 +16,9 @@ import time
 
 import httpx
 
+from cluster.local import base_url, deploy, shutdown, start_cluster
+from kvserve.config import load_config
+
 TENANTS = 4
 
 
@@ -36,9 +39,6 @@ def _ttft(url: str, model: str, t: int, q: str) -> tuple[float, str]:
 
 
 def run(warm_prefixes: int) -> dict:
-    from cluster.local import base_url, deploy
-    from kvserve.config import load_config
-
     cfg = load_config(overrides={"num_replicas": 1, "tenants": {"open_mode": True},
                                  "autoscaling": {"warm_prefixes": warm_prefixes}}, environ={})
     deploy(cfg, address=None)
@@ -69,9 +69,6 @@ def run(warm_prefixes: int) -> dict:
 
 
 def main() -> None:
-    from cluster.local import shutdown, start_cluster
-    from kvserve.config import load_config
-
     started = start_cluster(load_config(overrides={"tenants": {"open_mode": True}}, environ={}), join_existing=False)
     try:
         out = [run(4), run(0)]

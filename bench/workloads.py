@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.arrivals import popularity_weights
+from kvserve.arrivals import popularity_weights
 from bench.tokens import SafeVocab, encode_plain
 
 MOONCAKE_BLOCK_TOKENS = 512

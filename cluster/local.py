@@ -14,16 +14,16 @@ from collections.abc import Callable
 import httpx
 
 from kvserve.config import KVServeConfig
-from kvserve.serve_config import NODE_ENV
+from cluster.serve_config import NODE_ENV
 
 
 def _ray_env(cfg: KVServeConfig) -> dict[str, str]:
-    from autoscaling.serve_adapter import metrics_push_env_vars
+    from deployments.autoscaling_policy import metrics_push_env_vars
 
     env = {
         # Replicas report routing stats often; the controller must not treat this as slow.
         "RAY_SERVE_REQUEST_ROUTING_STATS_PERIOD_S": str(cfg.router.stats_period_s),
-        **NODE_ENV,  # Serve's proxy -> ingress hop over gRPC (kvserve.serve_config)
+        **NODE_ENV,  # Serve's proxy -> ingress hop over gRPC (cluster.serve_config)
         # Keep vLLM usage stats off (no network here) and its logs readable.
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",

@@ -7,7 +7,7 @@
 Each config installs kvserve into its own virtualenv on every node (any image with
 Python 3 and pip works), writes the kvserve config on the head, starts Ray, then
 `kvserve deploy`s the Serve app. Min/max worker nodes come from the config's replica
-range (`kvserve.helm_values.worker_bounds`), the same rule the Helm chart uses.
+range (`cluster.helm_values.worker_bounds`), the same rule the Helm chart uses.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 
 from kvserve import __version__
-from kvserve.serve_config import node_env_prefix
+from cluster.serve_config import node_env_prefix
 from kvserve.config import DEFAULT_MODEL, ConfigError, KVServeConfig, load_config, require_servable
-from kvserve.helm_values import worker_bounds
+from cluster.helm_values import worker_bounds
 
 CLUSTER_DIR = Path(__file__).resolve().parent
 CONFIG_PATH = "~/kvserve/config.yaml"  # on the head node

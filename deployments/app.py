@@ -17,27 +17,21 @@ from typing import Any
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
+from cluster.serve_config import ingress_limits
+from deployments.autoscaling_policy import autoscaling_config_for, drain_options_for
+from deployments.ingress import Ingress
+from deployments.replica import LLMReplica
 from kvserve.config import KVServeConfig, require_servable
-from kvserve.serve_config import ingress_limits
-
-LIVE_ROUTERS = {
-    # Serve's own default router (power of two choices on queue length).
-    "pow2": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",
-    # Ray's real prefix-aware router, unmodified (loaded without ray.serve.llm's vLLM imports).
-    "ray_prefix": "deployments.ray_prefix_router:PrefixCacheAffinityRouter",
-    # Ours: pure policies from router.registry behind one adapter.
-    "kvserve": "router.serve_adapter:KVServeRequestRouter",
-    "round_robin": "router.serve_adapter:KVServeRequestRouter",
-}
+from kvserve.policy_registry import ROUTERS
 
 
 def request_router_config(cfg: KVServeConfig) -> RequestRouterConfig:
-    policy = cfg.router.policy
+    entry = ROUTERS[cfg.router.policy]  # the config only accepts names with a live implementation
     kwargs: dict[str, Any] = {}
-    if LIVE_ROUTERS[policy].startswith("router."):
-        kwargs = {"policy": policy, "router_config": cfg.router.model_dump(mode="json")}
+    if entry.shared:  # our adapter, running the registry's pure policy
+        kwargs = {"policy": entry.name, "router_config": cfg.router.model_dump(mode="json")}
     return RequestRouterConfig(
-        request_router_class=LIVE_ROUTERS[policy],
+        request_router_class=entry.live,
         request_router_kwargs=kwargs,
         request_routing_stats_period_s=cfg.router.stats_period_s,
         request_routing_stats_timeout_s=max(cfg.router.stats_period_s * 4, 2.0),
@@ -45,8 +39,6 @@ def request_router_config(cfg: KVServeConfig) -> RequestRouterConfig:
 
 
 def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
-    from autoscaling.serve_adapter import autoscaling_config_for, drain_options_for
-
     e = cfg.engine
     actor: dict[str, Any] = {"num_cpus": e.cpus_per_replica}
     if e.device == "gpu":
@@ -68,7 +60,7 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
     return opts
 
 
-SOURCE_PACKAGES = ("deployments", "router", "autoscaling", "kvserve")
+SOURCE_PACKAGES = ("deployments", "router", "autoscaling", "kvserve", "cluster")  # what the replicas import
 
 
 @functools.cache
@@ -88,7 +80,7 @@ def deployment_version(config_args: dict, generation: str = "") -> str:
     our code. `serve.run` otherwise gives every deploy a random version, so each `kvserve deploy`
     -- a resize too -- restarted every engine and emptied every KV cache. With this version a
     resize is a lightweight update (replicas added or drained, none restarted), as it is for a
-    Serve config file (`kvserve.serve_config.size_overrides`); there Serve derives the version itself.
+    Serve config file (`cluster.serve_config.size_overrides`); there Serve derives the version itself.
     `generation`: any new value forces a restart (the bench wants cold engines per policy)."""
     payload = json.dumps([config_args, generation], sort_keys=True, default=str).encode()
     return hashlib.sha256(payload + source_fingerprint().encode()).hexdigest()[:32]
@@ -101,10 +93,6 @@ def batch_store_pin(cfg: KVServeConfig) -> dict[str, Any]:
 
 
 def build_app(args: dict) -> serve.Application:
-    from deployments.ingress import Ingress
-    from autoscaling.serve_adapter import drain_options_for
-    from deployments.replica import LLMReplica
-
     raw = args.get("config", args)
     cfg = raw if isinstance(raw, KVServeConfig) else KVServeConfig.model_validate(raw)
     require_servable(cfg)  # every path ends here (Helm's serveConfigV2 too): no keyless server by accident

@@ -18,7 +18,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from deployments.vllm_compat import get
 
 log = logging.getLogger("kvserve.errors")
 
@@ -80,14 +83,12 @@ def from_vllm(error: Any) -> APIError:
 def vllm_errors_as_api_errors() -> Iterator[None]:
     """What vLLM's protocol models and renderer raise -> APIError, with the statuses vLLM's own
     server gives them (its `create_error_response`): validation errors are 400, never 500."""
-    from pydantic import ValidationError
-
     try:
         yield
     except APIError:
         raise
     except ValidationError as e:
-        from deployments.request_checks import describe_validation_errors
+        from deployments.request_checks import describe_validation_errors  # it imports this module (APIError)
 
         message, param = describe_validation_errors(e.errors())
         raise APIError(400, message, param) from None
@@ -108,8 +109,6 @@ def validate_model(model_cls: Any, data: Any) -> Any:
 
 
 def vllm_exception(exc: Exception) -> APIError:
-    from deployments.vllm_compat import get
-
     err = from_vllm(get("create_error_response")(exc))
     if err.status >= 500:
         log.error("vLLM raised %s", type(exc).__name__, exc_info=exc)
@@ -159,7 +158,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        from deployments.request_checks import describe_validation_errors
+        from deployments.request_checks import describe_validation_errors  # it imports this module (APIError)
 
         message, param = describe_validation_errors(exc.errors())
         return error_response(400, message, param)

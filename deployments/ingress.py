@@ -18,19 +18,27 @@ from collections.abc import Collection
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from ray.serve.exceptions import BackPressureError
+from ray.util.state import list_actors
+from starlette.datastructures import State
 
+from deployments import serve_state
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
 from deployments.batch_routes import BatchRoutes, batch_router
 from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
                                  validate_model, vllm_errors_as_api_errors)
 from deployments.lazy_fields import materialize_request
+from deployments.metrics import IngressMetrics
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
+from deployments.stats_board import board
 from deployments.tenant_salt import request_salt
-from kvserve.config import KVServeConfig
+from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
+from deployments.vllm_compat import get, init_renderer, validate_token_ids
+from kvserve.config import KVServeConfig, redacted
 from router.block_hash import chain_hashes, salted_root
 from router.hot_prefixes import HotPrefixTracker, family_key
 
@@ -47,8 +55,6 @@ app.include_router(batch_router)  # /v1/files, /v1/batches (deployments.batch_ro
 
 
 def _content_part_types() -> Collection[str]:
-    from deployments.vllm_compat import get
-
     return get("MM_PARSER_MAP").keys()
 
 
@@ -57,7 +63,6 @@ class Ingress(BatchRoutes):
     """Serve ingress deployment class (made a deployment in deployments.app)."""
 
     async def __init__(self, llm_handle: Any, config: dict) -> None:  # type: ignore[misc]
-        from deployments.metrics import IngressMetrics
 
         from deployments.openapi import install as install_openapi
 
@@ -81,11 +86,6 @@ class Ingress(BatchRoutes):
     async def renderer(self):
         """vLLM's OnlineRenderer (chat templates + tokenizer), built without an engine."""
         if self._renderer is None:
-            from starlette.datastructures import State
-
-            from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
-            from deployments.vllm_compat import get, init_renderer
-
             apply_engine_env(self.cfg)
             args = parse_vllm_args(engine_cli_args(self.cfg))
             vllm_config = get("AsyncEngineArgs").from_cli_args(args).create_engine_config()
@@ -145,8 +145,6 @@ class Ingress(BatchRoutes):
             check_messages(data.get("messages"), _content_part_types())
 
     async def _render(self, kind: str, data: dict, tenant: str) -> ChatWork | CompletionWork:
-        from deployments.vllm_compat import get, validate_token_ids
-
         renderer = await self.renderer()
         model_cls = get("ChatCompletionRequest" if kind == "chat" else "CompletionRequest")
         salt = request_salt(tenant, data.get("cache_salt"), self.cfg.tenants.cache_isolation)
@@ -347,8 +345,6 @@ class Ingress(BatchRoutes):
     async def tokenization(self, op: str, request: Request):
         """/tokenize and /detokenize: vLLM's own protocol models and ServingTokenization, on the
         tokenizer and chat template the ingress already holds (no replica involved)."""
-        from deployments.vllm_compat import get, validate_token_ids
-
         DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest = (
             get(n) for n in ("DetokenizeRequest", "TokenizeChatRequest", "TokenizeCompletionRequest"))
 
@@ -379,8 +375,6 @@ class Ingress(BatchRoutes):
 
     def _stats_board(self):
         if self._board is None:
-            from deployments.stats_board import board
-
             self._board = board(self.cfg.app_name)
         return self._board
 
@@ -393,17 +387,13 @@ class Ingress(BatchRoutes):
 
     async def _live_replica_ids(self) -> set[str] | None:
         try:
-            from ray.util.state import list_actors
-
             actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
             return {a.name.rsplit("#", 1)[-1] for a in actors if a.name and "LLMReplica" in a.name}
         except Exception:
             return None
 
     async def ready(self) -> tuple[bool, dict]:
-        from deployments.serve_state import deployment_state
-
-        state = await deployment_state(self.cfg.app_name)
+        state = await serve_state.deployment_state(self.cfg.app_name)
         return state.ready, state.as_dict()
 
     # -- routes -------------------------------------------------------------------------------
@@ -428,10 +418,9 @@ class Ingress(BatchRoutes):
     async def models(self, request: Request):
         if self.auth.tenant_for(request.headers.get("authorization")) is None:
             return error_response(401, "missing or invalid API key (send `Authorization: Bearer <key>`)")
-        from deployments.serve_state import deployment_state
 
         # Listed once a replica of it can answer (not only once all do: /ready is that).
-        serving = (await deployment_state(self.cfg.app_name)).running_replicas > 0
+        serving = (await serve_state.deployment_state(self.cfg.app_name)).running_replicas > 0
         return {"object": "list", "data": [{
             "id": self.cfg.model.name, "object": "model", "created": int(time.time()),
             "owned_by": "kvserve", "root": self.cfg.model.source, "max_model_len": self.cfg.model.max_model_len,
@@ -480,15 +469,11 @@ class Ingress(BatchRoutes):
 
     @app.get("/kvserve/config")
     async def config_route(self):
-        from kvserve.config import redacted
-
-        from deployments.serve_state import deployment_state
-
         cfg = self.cfg
         if not cfg.autoscaling.enabled:
             # We are bound without the replica count (a resize must not restart us): Serve's target
             # is the configured count. Tools that redeploy from this config (bench) keep the size.
-            state = await deployment_state(cfg.app_name)
+            state = await serve_state.deployment_state(cfg.app_name)
             if state.target_replicas < 1:
                 return error_response(503, "the engine deployment is not deployed yet; retry later",
                                       headers={"Retry-After": "5"})
@@ -497,7 +482,5 @@ class Ingress(BatchRoutes):
 
     @app.get("/metrics")
     async def metrics_route(self):
-        from fastapi.responses import Response
-
         body, content_type = self.metrics.render(await self.replica_stats())
         return Response(body, media_type=content_type)

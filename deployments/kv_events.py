@@ -13,6 +13,7 @@ import threading
 import uuid
 from pathlib import Path
 
+from deployments.vllm_compat import get
 from router.engine_blocks import EngineBlockSet
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,6 @@ class KVEventCollector:
         import msgspec
         import zmq
 
-        from deployments.vllm_compat import get
 
         AllBlocksCleared, BlockRemoved, BlockStored = get("AllBlocksCleared"), get("BlockRemoved"), get("BlockStored")
         KVEventBatch = get("KVEventBatch")

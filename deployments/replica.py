@@ -18,9 +18,16 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kvserve.config import KVServeConfig
+from starlette.datastructures import State
+
+from autoscaling.window import SignalWindow
 from deployments.errors import APIError, from_vllm, sse_error, vllm_exception
+from deployments.kv_events import KVEventCollector, new_ipc_endpoint
+from deployments.prefill_backlog import PrefillBacklog
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
+from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
+from deployments.vllm_compat import get, num_unfinished_requests, preflight
+from kvserve.config import KVServeConfig
 
 log = logging.getLogger("kvserve.replica")
 
@@ -45,9 +52,6 @@ class LLMReplica:
 
     # Serve awaits an async constructor: the replica is only RUNNING once its engine is up.
     async def __init__(self, config: dict) -> None:  # type: ignore[misc]
-        from deployments.kv_events import KVEventCollector, new_ipc_endpoint
-        from deployments.prefill_backlog import PrefillBacklog
-        from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
 
         self.cfg = KVServeConfig.model_validate(config)
         apply_engine_env(self.cfg, claim_cores=True)
@@ -76,11 +80,7 @@ class LLMReplica:
             return f"local-{os.getpid()}"
 
     async def _start(self) -> None:
-        from starlette.datastructures import State
-
-        from autoscaling.window import SignalWindow
         from deployments.engine_stats import COUNTERS, CounterStatLogger
-        from deployments.vllm_compat import get
 
         AsyncEngineArgs, AsyncLLM, init_app_state = get("AsyncEngineArgs"), get("AsyncLLM"), get("init_app_state")
 
@@ -116,7 +116,6 @@ class LLMReplica:
         start = time.monotonic()
         try:
             from deployments.stats_board import board
-            from deployments.vllm_compat import get
 
             SamplingParams = get("SamplingParams")
 
@@ -155,8 +154,6 @@ class LLMReplica:
 
     @staticmethod
     def _install_prerendered(serving: Any, method: str) -> None:
-        from deployments.vllm_compat import preflight
-
         original = getattr(serving, method)
 
         async def render(request: Any) -> Any:
@@ -256,8 +253,6 @@ class LLMReplica:
     # -- requests ------------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, Any]:
-        from deployments.vllm_compat import num_unfinished_requests
-
         await self.ensure_started()
         c = self.counters.as_dict()
         c.pop("on_iteration", None)
@@ -300,8 +295,6 @@ class LLMReplica:
 
     async def _create(self, work: ChatWork | CompletionWork) -> Any:
         """vLLM's serving layer on the request the ingress validated and rendered."""
-        from deployments.vllm_compat import get
-
         if isinstance(work, ChatWork):
             request = work.request or get("ChatCompletionRequest").model_validate(work.body)
             _PRERENDERED.set((work.conversation, work.engine_inputs))

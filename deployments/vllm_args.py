@@ -14,6 +14,9 @@ from argparse import Namespace
 from pathlib import Path
 
 import kvserve
+from deployments import vllm_compat
+from deployments.cpu_slots import omp_bind_value
+from kvserve import model_footprint
 from kvserve.config import EngineConfig, KVServeConfig
 from kvserve.model import resolve_model_path
 
@@ -152,9 +155,8 @@ def gpu_device_memory(cfg: KVServeConfig) -> int | None:
     """This process's GPU's total memory when the config's KV budget depends on it, else None."""
     if not needs_device_memory(cfg):
         return None
-    from deployments.vllm_compat import device_total_memory
 
-    return device_total_memory()
+    return vllm_compat.device_total_memory()
 
 
 def share_kv_cache_bytes(cfg: KVServeConfig, device_memory_bytes: int | None) -> int | None:
@@ -166,16 +168,15 @@ def share_kv_cache_bytes(cfg: KVServeConfig, device_memory_bytes: int | None) ->
     extra_args.kv_cache_memory_bytes is passed through untouched."""
     if device_memory_bytes is None or not needs_device_memory(cfg):
         return None
-    from kvserve.model_footprint import kv_bytes_for_tokens, local_model_dir, replica_kv_budget
 
-    model_dir = local_model_dir(resolve_model_path(cfg.model))
+    model_dir = model_footprint.local_model_dir(resolve_model_path(cfg.model))
     if model_dir is None:
         log.warning("no config.json for %s: vLLM sizes the KV cache itself, counting other replicas on this "
                     "GPU; set engine.extra_args.kv_cache_memory_bytes", cfg.model.source)
         return None
     if cfg.engine.kv_cache_tokens:
-        return kv_bytes_for_tokens(cfg, model_dir, cfg.engine.kv_cache_tokens)
-    budget = replica_kv_budget(cfg, device_memory_bytes, model_dir)
+        return model_footprint.kv_bytes_for_tokens(cfg, model_dir, cfg.engine.kv_cache_tokens)
+    budget = model_footprint.replica_kv_budget(cfg, device_memory_bytes, model_dir)
     log.info("KV cache from the GPU share: %s", budget.describe())
     return budget.kv_bytes
 
@@ -200,8 +201,6 @@ def apply_engine_env(cfg: KVServeConfig, claim_cores: bool = False) -> None:
     if cfg.engine.device == "cpu":
         bind = cfg.engine.omp_threads_bind
         if bind == "slot":
-            from deployments.cpu_slots import omp_bind_value
-
             bind = omp_bind_value(bind, cfg.engine.cpus_per_replica) if claim_cores else "nobind"
         env["VLLM_CPU_OMP_THREADS_BIND"] = bind
     for k, v in env.items():
@@ -209,6 +208,4 @@ def apply_engine_env(cfg: KVServeConfig, claim_cores: bool = False) -> None:
 
 
 def parse_vllm_args(argv: list[str]) -> Namespace:
-    from deployments.vllm_compat import parse_args
-
-    return parse_args(argv)
+    return vllm_compat.parse_args(argv)

@@ -19,9 +19,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kvserve.perf_model import EngineProfile
+from kvserve.policy_params import AUTOSCALER, COST, ROUTER, SLO, AutoscalerParams, CostParams, RouterParams, SLOTargets
+from kvserve.policy_registry import AUTOSCALERS, ROUTERS, live_names
 from kvserve.scenarios import Scenario, apply_preset
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# The policies the live cluster can run, from the one registry (kvserve.policy_registry).
+LiveRouter = Literal[live_names(ROUTERS)]  # type: ignore[valid-type]
+LiveAutoscaler = Literal[live_names(AUTOSCALERS)]  # type: ignore[valid-type]
 ENV_PREFIX = "KVSERVE_"
 
 
@@ -151,70 +157,70 @@ class EngineConfig(_Section):
 
 
 class RouterConfig(_Section):
-    policy: Literal["round_robin", "pow2", "ray_prefix", "kvserve"] = "kvserve"
+    policy: LiveRouter = "kvserve"
     prefill_ms_per_token: float = Field(
-        1.87, gt=0, description="Cost model: prefill ms per uncached prompt token (default: this repo's CPU "
+        COST.prefill_ms_per_token, gt=0, description="Cost model: prefill ms per uncached prompt token (default: this repo's CPU "
         "profile, kvserve/profiles/cpu-smollm2-135m.json; `kvserve profile` measures yours)."
     )
     decode_ms_per_seq: float = Field(
-        2.15, ge=0, description="Cost model: extra ms a running sequence adds to each engine step (same profile)."
+        COST.decode_ms_per_seq, ge=0, description="Cost model: extra ms a running sequence adds to each engine step (same profile)."
     )
     tie_tolerance: float = Field(
-        0.1, ge=0, le=1, description="Replicas within this fraction of the best cost are near-ties, chosen at random."
+        ROUTER.tie_tolerance, ge=0, le=1, description="Replicas within this fraction of the best cost are near-ties, chosen at random."
     )
     home_affinity: float = Field(
-        1.0, ge=0, description="A prefix family keeps its last replica (its 'home') while that replica's cost is "
+        ROUTER.home_affinity, ge=0, description="A prefix family keeps its last replica (its 'home') while that replica's cost is "
         "within this fraction of the best: keeps tenants partitioned across replicas instead of migrating "
         "(and duplicating their prefixes) on small load differences."
     )
     spill_ttft_ms: float | None = Field(
-        None, gt=0, description="A prefix family stays on the replica holding its prefix while that replica's "
+        ROUTER.spill_ttft_ms, gt=0, description="A prefix family stays on the replica holding its prefix while that replica's "
         "predicted TTFT is under this bound, however short other queues look; above it, the cost model decides "
         "(the hot prefix spills). Unset: the TTFT target, slo.ttft_p90_ms. A tiny value turns the rule off."
     )
     speculative_ttl_s: float = Field(
-        10.0, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
+        ROUTER.speculative_ttl_s, gt=0, description="How long a routed-but-unconfirmed prefix is assumed cached on its replica."
     )
     active_token_weight: float = Field(
-        0.25,
+        COST.active_token_weight,
         ge=0,
         description="Cost model: each context token this router has in flight on a replica costs this fraction of"
         " a prefill token (Dynamo's decode-block load); stops cached tenants piling onto one replica.",
     )
     cache_miss_weight: float = Field(
-        3.0,
+        COST.cache_miss_weight,
         ge=0,
         description="Cost model: uncached tokens are charged this much extra (x their prefill cost): storing them"
         " evicts as many cached tokens from a full prefix cache, which someone re-prefills later.",
     )
     kv_pressure_start: float = Field(
-        0.9, ge=0, le=1, description="Cost model: KV usage above which new uncached blocks are charged extra."
+        COST.kv_pressure_start, ge=0, le=1, description="Cost model: KV usage above which new uncached blocks are charged extra."
     )
     kv_pressure_weight: float = Field(
-        1.0, ge=0, description="Cost model: extra charge on uncached tokens at 100% KV usage (x their prefill cost)."
+        COST.kv_pressure_weight, ge=0, description="Cost model: extra charge on uncached tokens at 100% KV usage (x their prefill cost)."
     )
     footprint_weight: float = Field(
-        4.0, ge=0, description="Cost model: prefix tokens of other families that placing this prompt on a replica "
+        ROUTER.footprint_weight, ge=0, description="Cost model: prefix tokens of other families that placing this prompt on a replica "
         "would push out of its cache (the families that live there need more than its capacity) are charged this "
         "much (x their prefill cost). Packs families so each replica's set fits its cache. 0 turns it off."
     )
     footprint_window_s: float = Field(
-        300.0, gt=0, description="A family counts towards its replica's cache footprint while it was routed "
+        ROUTER.footprint_window_s, gt=0, description="A family counts towards its replica's cache footprint while it was routed "
         "within this window."
     )
     footprint_headroom: float = Field(
-        0.95, gt=0, le=1, description="Fraction of a replica's KV cache that cached prefixes may fill (the rest "
+        ROUTER.footprint_headroom, gt=0, le=1, description="Fraction of a replica's KV cache that cached prefixes may fill (the rest "
         "holds running requests' own blocks)."
     )
     sample_replicas: int | None = Field(
-        16, ge=1, description="kvserve policy: each decision scores the replicas holding the prompt's prefix plus "
+        ROUTER.sample_replicas, ge=1, description="kvserve policy: each decision scores the replicas holding the prompt's prefix plus "
         "this many others drawn at random (power of k choices; router/candidates.py), so its cost does not grow "
         "with the cluster: scoring all 1,000 replicas takes ~4 ms of CPU per request, too slow in front of 1,000 "
         "GPUs, while the best of 16 random replicas is nearly always among the least-loaded. Up to this many replicas plus the "
         "prefix holders, every replica is scored (the same decisions as exhaustive). null: always score every replica."
     )
     stats_period_s: float = Field(0.5, gt=0, description="How often replicas report routing stats (cache + load).")
-    stale_after_s: float = Field(10.0, gt=0, description="A replica silent for this long drops out of the index.")
+    stale_after_s: float = Field(ROUTER.stale_after_s, gt=0, description="A replica silent for this long drops out of the index.")
     silent_after_periods: float = Field(
         6.0, gt=0, description="A replica whose routing stats are older than this many stats periods gets no "
         "new requests while another replica reports (a replica whose engine died is dropped at its next report, "
@@ -222,26 +228,42 @@ class RouterConfig(_Section):
         "seconds late."
     )
 
+    def params(self) -> RouterParams:
+        """The router core's parameters (router/policies/kvserve.py)."""
+        cost = CostParams(**{f: getattr(self, f) for f in CostParams.__dataclass_fields__})
+        rest = {f: getattr(self, f) for f in RouterParams.__dataclass_fields__ if f != "cost"}
+        return RouterParams(cost=cost, **rest)
+
+    def fitted_to(self, profile: EngineProfile, batch: int = 32) -> RouterConfig:
+        """This config with the cost slopes measured in `profile` (prefill ms/token, decode ms per extra sequence)."""
+        per_seq = max((profile.decode_step_ms(batch) - profile.decode_step_ms(1)) / max(batch - 1, 1), 0.0)
+        return self.model_copy(
+            update={"prefill_ms_per_token": profile.prefill_ms_per_token(), "decode_ms_per_seq": per_seq}
+        )
+
 
 class SLOConfig(_Section):
-    ttft_p90_ms: float = Field(2000.0, gt=0)
-    itl_p90_ms: float = Field(200.0, gt=0)
+    ttft_p90_ms: float = Field(SLO.ttft_p90_ms, gt=0)
+    itl_p90_ms: float = Field(SLO.itl_p90_ms, gt=0)
+
+    def params(self) -> SLOTargets:
+        return SLOTargets(self.ttft_p90_ms, self.itl_p90_ms)
 
 
 class AutoscalingConfig(_Section):
     enabled: bool = False
-    policy: Literal["kvserve", "serve_default"] = "kvserve"
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(2, ge=1)
+    policy: LiveAutoscaler = "kvserve"
+    min_replicas: int = Field(AUTOSCALER.min_replicas, ge=0)
+    max_replicas: int = Field(AUTOSCALER.max_replicas, ge=1)
     initial_replicas: int | None = Field(None, ge=0)
-    target_ongoing_requests: float = Field(8.0, gt=0, description="serve_default only.")
-    upscale_delay_s: float = Field(10.0, ge=0)
+    target_ongoing_requests: float = Field(AUTOSCALER.target_ongoing_requests, gt=0, description="serve_default only.")
+    upscale_delay_s: float = Field(AUTOSCALER.upscale_delay_s, ge=0)
     downscale_delay_s: float = Field(
-        30.0, ge=0, description="A scale-down wish must last this long before it acts (a contrary wish restarts it)."
+        AUTOSCALER.downscale_delay_s, ge=0, description="A scale-down wish must last this long before it acts (a contrary wish restarts it)."
     )
-    max_step: int = Field(4, ge=1, description="Most replicas added or removed in one decision.")
-    headroom: float = Field(0.8, gt=0, le=1, description="Plan each replica to this fraction of modelled capacity.")
-    hysteresis: float = Field(0.6, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")
+    max_step: int = Field(AUTOSCALER.max_step, ge=1, description="Most replicas added or removed in one decision.")
+    headroom: float = Field(AUTOSCALER.headroom, gt=0, le=1, description="Plan each replica to this fraction of modelled capacity.")
+    hysteresis: float = Field(AUTOSCALER.hysteresis, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")
     drain_grace_s: float = Field(60.0, ge=0, description="In-flight requests get this long to finish on scale-down.")
     warm_prefixes: int = Field(
         4, ge=0, description="A starting replica pre-fills this many of the hottest tenant prefixes before it "
@@ -253,19 +275,23 @@ class AutoscalingConfig(_Section):
         "count decayed with a 2-minute half-life). A warm-up delays the replica's first traffic by one prefill per "
         "prefix and pays back only if the family soon sends it requests; rarely seen prefixes are not worth it."
     )
-    look_back_s: float = Field(30.0, gt=0)
+    look_back_s: float = Field(AUTOSCALER.look_back_s, gt=0)
     overload_memory_s: float = Field(
-        300.0, gt=0, description="The overload memory (the per-replica load that once broke the SLO, which vetoes "
+        AUTOSCALER.overload_memory_s, gt=0, description="The overload memory (the per-replica load that once broke the SLO, which vetoes "
         "scale-downs back to it) expires after this long; each time it is re-learned within its lifetime of an "
         "expiry, the lifetime doubles (the expiry was premature)."
     )
     overload_memory_max_s: float = Field(
-        86400.0, gt=0, description="Cap on that doubled lifetime: a load the fleet keeps failing at is re-learnt "
+        AUTOSCALER.overload_memory_max_s, gt=0, description="Cap on that doubled lifetime: a load the fleet keeps failing at is re-learnt "
         "at most ~log2(cap / overload_memory_s) times before it is remembered for this long."
     )
     profile: str | None = Field(
         None, description="Engine profile JSON (`kvserve profile`) for the capacity model; None = SLO error only."
     )
+
+    def params(self) -> AutoscalerParams:
+        """The autoscaling cores' parameters (autoscaling/policies/)."""
+        return AutoscalerParams(**{f: getattr(self, f) for f in AutoscalerParams.__dataclass_fields__})
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:

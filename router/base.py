@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from kvserve.policy_params import RouterParams
+
 
 @dataclass(frozen=True)
 class ReplicaLoad:
@@ -46,6 +48,11 @@ class RoutingPolicy(ABC):
     # True: `rank` also takes a mapping replica id -> load and reads only the replicas it
     # scores, so a caller that keeps such a mapping (the simulator) need not list every replica.
     takes_load_map: ClassVar[bool] = False
+
+    @classmethod
+    def create(cls, params: RouterParams, seed: int) -> RoutingPolicy:
+        """The registry's constructor (router.registry.make_policy); a policy takes what it needs."""
+        return cls()
 
     @abstractmethod
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaLoad], now: float) -> list[str]:

@@ -40,38 +40,18 @@ charge, give median hit rates 0.878 / 0.910 / 0.868 against Ray's
 PrefixCacheAffinityRouter's 0.882 / 0.910 / 0.884, at share max/mean
 1.19 / 1.13 / 1.20 against its 1.31 (docs/BENCHMARKS.md, "Router defaults").
 
-All functions are pure; parameters come from `RouterConfig`, whose two slopes
-can be filled from a measured `EngineProfile` (`config_from_profile`).
+All functions are pure; parameters are a `CostParams` (kvserve.policy_params), built from
+`RouterConfig`, whose two slopes can be filled from a measured `EngineProfile`
+(`RouterConfig.fitted_to`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from kvserve.config import RouterConfig
-from kvserve.perf_model import EngineProfile
+from kvserve.policy_params import CostParams
 from router.base import ReplicaLoad
 
-
-@dataclass(frozen=True)
-class CostParams:
-    prefill_ms_per_token: float = 2.5
-    decode_ms_per_seq: float = 5.0
-    cache_miss_weight: float = 1.0
-    kv_pressure_start: float = 0.9
-    kv_pressure_weight: float = 1.0
-    active_token_weight: float = 0.25
-
-    @classmethod
-    def from_config(cls, cfg: RouterConfig) -> CostParams:
-        return cls(
-            prefill_ms_per_token=cfg.prefill_ms_per_token,
-            decode_ms_per_seq=cfg.decode_ms_per_seq,
-            cache_miss_weight=cfg.cache_miss_weight,
-            kv_pressure_start=cfg.kv_pressure_start,
-            kv_pressure_weight=cfg.kv_pressure_weight,
-            active_token_weight=cfg.active_token_weight,
-        )
+__all__ = ["CostParams", "cost_terms_ms", "predicted_ttft_ms", "eviction_cost_ms", "committed_load_ms",
+           "routing_cost_ms", "uncached_tokens", "kv_pressure"]
 
 
 def kv_pressure(kv_usage: float, start: float) -> float:
@@ -130,12 +110,3 @@ def routing_cost_ms(load: ReplicaLoad, uncached_tokens: int, params: CostParams,
 def uncached_tokens(num_prompt_tokens: int, matched_blocks: int, block_size: int) -> int:
     """Prompt tokens the replica must prefill given `matched_blocks` leading blocks cached."""
     return max(num_prompt_tokens - matched_blocks * block_size, 0)
-
-
-def config_from_profile(profile: EngineProfile, base: RouterConfig | None = None, batch: int = 32) -> RouterConfig:
-    """`base` with the cost slopes measured in `profile` (prefill ms/token, decode ms per extra sequence)."""
-    base = base or RouterConfig()
-    per_seq = max((profile.decode_step_ms(batch) - profile.decode_step_ms(1)) / max(batch - 1, 1), 0.0)
-    return base.model_copy(
-        update={"prefill_ms_per_token": profile.prefill_ms_per_token(), "decode_ms_per_seq": per_seq}
-    )

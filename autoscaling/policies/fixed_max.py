@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from autoscaling.base import Decision, ScalingInput, ScalingPolicy
-from kvserve.config import AutoscalingConfig
+from kvserve.policy_params import AutoscalerParams
 
 
 class FixedMaxPolicy(ScalingPolicy):
     name: ClassVar[str] = "fixed_max"
 
-    def __init__(self, cfg: AutoscalingConfig) -> None:
+    def __init__(self, cfg: AutoscalerParams) -> None:
         self.cfg = cfg
 
     def decide(self, inp: ScalingInput) -> Decision:

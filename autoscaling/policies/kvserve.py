@@ -68,7 +68,7 @@ from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPoli
 from autoscaling.capacity import DEFAULT_MAX_BATCH, CapacityEstimate, per_replica_capacity, replicas_for
 from autoscaling.delay import DelayGate, clamp, limit_step
 from autoscaling.window import metrics_push_interval_s
-from kvserve.config import AutoscalingConfig, SLOConfig
+from kvserve.policy_params import AutoscalerParams, SLOTargets
 from kvserve.perf_model import EngineProfile
 
 MIN_RATE_RPS = 1e-6  # below this a fleet is idle: too little traffic to learn an overload rate from
@@ -137,13 +137,17 @@ def fleet_signals(metrics: Sequence[ReplicaMetrics]) -> FleetSignals:
     )
 
 
-class KVServePolicy(ScalingPolicy):
+class SLOAutoscaler(ScalingPolicy):
     name: ClassVar[str] = "kvserve"
+
+    @classmethod
+    def create(cls, params: AutoscalerParams, slo: SLOTargets, profile: EngineProfile | None) -> ScalingPolicy:
+        return cls(params, slo, profile)
 
     def __init__(
         self,
-        cfg: AutoscalingConfig,
-        slo: SLOConfig,
+        cfg: AutoscalerParams,
+        slo: SLOTargets,
         profile: EngineProfile | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
@@ -215,7 +219,7 @@ class KVServePolicy(ScalingPolicy):
     def slo_demand(self, sig: FleetSignals, inp: ScalingInput, r: float | None,
                    r_low: float | None = None, cap_n: int | None = None) -> tuple[int, str]:
         """`cap_n`: the capacity model's replicas for the predicted rate (None: not known)."""
-        current = inp.current_replicas
+        current = inp.target_replicas
         if r is None:
             if sig.rate_rps == 0 and sig.waiting == 0 and sig.running == 0:
                 return 0, "idle"
@@ -346,7 +350,7 @@ class KVServePolicy(ScalingPolicy):
     def _observe(self, inp: ScalingInput, sig: FleetSignals | None) -> None:
         """Start-up time of the replicas asked for, when the serving count rose, the rate history."""
         now = inp.now
-        if inp.running_replicas < inp.current_replicas:
+        if inp.running_replicas < inp.target_replicas:
             if self.pending_since is None:
                 self.pending_since = now
         elif self.pending_since is not None:
@@ -435,7 +439,7 @@ class KVServePolicy(ScalingPolicy):
 
     def decide(self, inp: ScalingInput) -> Decision:
         cfg = self.cfg
-        current = inp.current_replicas
+        current = inp.target_replicas
         if inp.running_replicas == 0 and current == 0 and inp.total_ongoing > 0:
             # Scale from zero at once (Serve's cold-start path does the same live).
             return Decision(clamp(1, max(cfg.min_replicas, 1), cfg.max_replicas), "cold start")
@@ -449,7 +453,7 @@ class KVServePolicy(ScalingPolicy):
         queued = max(inp.queued_requests, 0.0)  # the window's peak: it lags a drain by `look_back_s`
         fit = self.trend_fit(inp.now)
         ramp = self._ahead(fit, queued)
-        predicted = self.predicted_rate(sig, inp.now, queued, inp.current_replicas, ramp)
+        predicted = self.predicted_rate(sig, inp.now, queued, inp.target_replicas, ramp)
         cap_n = self.capacity_demand(sig, predicted)
         slo_n, slo_why = self.slo_demand(sig, inp, r, self.fleet_slo_ratio(inp.metrics, sig, low=True), cap_n)
         desired = max(slo_n, cap_n)

@@ -9,19 +9,19 @@ from typing import Any, ClassVar
 
 from autoscaling.base import Decision, ScalingInput, ScalingPolicy
 from autoscaling.delay import DelayGate, clamp
-from kvserve.config import AutoscalingConfig
+from kvserve.policy_params import AutoscalerParams
 
 
 class ServeDefaultPolicy(ScalingPolicy):
     name: ClassVar[str] = "serve_default"
 
-    def __init__(self, cfg: AutoscalingConfig) -> None:
+    def __init__(self, cfg: AutoscalerParams) -> None:
         self.cfg = cfg
         self.gate = DelayGate(cfg.upscale_delay_s, cfg.downscale_delay_s)
 
     def decide(self, inp: ScalingInput) -> Decision:
         cfg = self.cfg
-        current = inp.current_replicas
+        current = inp.target_replicas
         if inp.running_replicas == 0 and inp.total_ongoing > 0:
             # Serve's cold-start fast path: from zero, scale up at once, bypassing the delay.
             return Decision(clamp(max(1, current), max(cfg.min_replicas, 1), cfg.max_replicas), "cold start")

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvserve.config import RouterConfig
+from kvserve.policy_params import RouterParams
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.candidates import candidate_ids
 from router.cost import CostParams, cost_terms_ms
@@ -82,20 +82,24 @@ class _Pending:
 Loads = Sequence[ReplicaLoad] | Mapping[str, ReplicaLoad]
 
 
-class KVServePolicy(RoutingPolicy):
+class PrefixCostRouter(RoutingPolicy):
     name = "kvserve"
     takes_load_map = True
 
+    @classmethod
+    def create(cls, params: RouterParams, seed: int) -> RoutingPolicy:
+        return cls(params, seed)
+
     def __init__(
         self,
-        cfg: RouterConfig | None = None,
+        cfg: RouterParams | None = None,
         seed: int = 0,
         block_size: int | None = None,
         params: CostParams | None = None,
     ) -> None:
-        cfg = cfg or RouterConfig()
+        cfg = cfg or RouterParams()
         self.cfg = cfg
-        self.params = params or CostParams.from_config(cfg)
+        self.params = params or cfg.cost
         # None: infer per request from prompt length / chain length (works for any engine block size).
         self.block_size = block_size
         self.index = PrefixIndex(cfg.speculative_ttl_s, cfg.stale_after_s)

@@ -8,11 +8,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from kvserve.policy_params import RouterParams
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 
 
 class PowerOfTwoPolicy(RoutingPolicy):
     name = "pow2"
+
+    @classmethod
+    def create(cls, params: RouterParams, seed: int) -> RoutingPolicy:
+        return cls(seed)
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)

@@ -25,12 +25,17 @@ import math
 import random
 from collections.abc import Sequence
 
+from kvserve.policy_params import RouterParams
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.policies.approx_tree import HistoryRadixTree, least_loaded, request_units
 
 
 class RayPrefixSimPolicy(RoutingPolicy):
     name = "ray_prefix"
+
+    @classmethod
+    def create(cls, params: RouterParams, seed: int) -> RoutingPolicy:
+        return cls(seed)
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 def test_bench_waits_for_starting_replicas_and_measures_all_of_them(cluster, tmp_path):
     from cluster.local import deploy
-    from kvserve.cli import app
+    from cli.app import app
 
     deploy(cluster.cfg.model_copy(update={"num_replicas": 1}), address=None, timeout_s=300)
     deploy(cluster.cfg, address=None, wait=False)  # back to two: the second engine starts now

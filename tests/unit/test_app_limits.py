@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvserve.serve_config import ingress_limits
+from cluster.serve_config import ingress_limits
 from kvserve.config import KVServeConfig
 
 

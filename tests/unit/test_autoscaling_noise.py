@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from autoscaling.base import ScalingInput
 from autoscaling.capacity import per_replica_capacity
-from autoscaling.policies.kvserve import KVServePolicy
+from autoscaling.policies.kvserve import SLOAutoscaler
 from autoscaling.window import (
     P90_LOW_Z, SignalWindow, WindowMetrics, metrics_from_stats, percentile_nearest_rank, quantile_lower_bound,
 )
@@ -76,7 +76,7 @@ def _marginal(n: int, rate: float, ttft: float, ttft_low: float | None) -> list[
 def test_a_p90_over_target_within_its_noise_holds_the_fleet_without_learning_an_overload():
     rate = 1.0
     assert need(rate) < 3
-    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30).params(), SLO.params(), PROFILE)
     d = policy.decide(ScalingInput(100.0, 3, 3, _marginal(3, rate, ttft=1050.0, ttft_low=900.0)))
     assert d.replicas == 3 and "not significant" in d.reason  # neither up (r = 1.05) nor down
     assert policy.overload_per_replica is None
@@ -86,7 +86,7 @@ def test_a_p90_over_target_within_its_noise_holds_the_fleet_without_learning_an_
 
 
 def test_replicas_that_report_no_bound_are_judged_on_their_p90():
-    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30).params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(100.0, 3, 3, _marginal(3, 1.0, ttft=1050.0, ttft_low=None))).replicas > 3
 
 
@@ -101,10 +101,10 @@ def test_a_recent_rate_the_fleet_can_serve_does_not_add_a_replica_but_an_overloa
     look_back = planned * 0.95
     within = (planned + serveable) / 2  # over the plan (headroom), under utilization 1
     assert need(look_back) == n and need(within) > n
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(0.0, n, n, fleet(n, rate=look_back, recent=within))).replicas == n
     over = serveable * 1.2
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(0.0, n, n, fleet(n, rate=look_back, recent=over))).replicas == need(over)
 
 
@@ -115,6 +115,6 @@ def test_a_recent_rate_the_fleet_can_serve_still_holds_a_shrink():
     look_back = cap.per_replica_rps * 0.5  # one replica's worth
     recent = 2.5 * cap.per_replica_rps  # three replicas' worth by the plan, serveable by 4
     assert need(look_back) == 1 and need(recent) == 3 and recent < 4 * 1000.0 / cap.service_ms
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     d = policy.decide(ScalingInput(0.0, 4, 4, fleet(4, rate=look_back, recent=recent)))
     assert d.replicas == 4 and "held" in d.reason

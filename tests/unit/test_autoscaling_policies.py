@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from autoscaling.base import ReplicaMetrics, ScalingInput
 from autoscaling.policies.fixed_max import FixedMaxPolicy
-from autoscaling.policies.kvserve import KVServePolicy
+from autoscaling.policies.kvserve import SLOAutoscaler
 from autoscaling.policies.serve_default import ServeDefaultPolicy
 from autoscaling.registry import autoscaler_names, make_autoscaler
 from autoscaling.window import WindowMetrics
@@ -71,8 +71,8 @@ gate_states = st.fixed_dictionaries({
 })
 
 
-def make_kvserve(cfg: AutoscalingConfig, with_profile: bool) -> KVServePolicy:
-    return KVServePolicy(cfg, SLO, PROFILE if with_profile else None)
+def make_kvserve(cfg: AutoscalingConfig, with_profile: bool) -> SLOAutoscaler:
+    return SLOAutoscaler(cfg.params(), SLO.params(), PROFILE if with_profile else None)
 
 
 # -- properties of every policy ---------------------------------------------------------------
@@ -81,7 +81,7 @@ def make_kvserve(cfg: AutoscalingConfig, with_profile: bool) -> KVServePolicy:
 @given(cfg=configs, name=st.sampled_from(["fixed_max", "serve_default", "kvserve"]), n=st.integers(1, 6),
        current=st.integers(0, 20), load=loads, ongoing=st.floats(0, 500), now=st.floats(0, 1000))
 def test_decisions_respect_min_max_bounds(cfg, name, n, current, load, ongoing, now):
-    policy = make_autoscaler(name, cfg, SLO, PROFILE)
+    policy = make_autoscaler(name, cfg.params(), SLO.params(), PROFILE)
     ms = fleet(n, load["rate"], load["ttft"], load["itl"], load["prompt"], load["output"])
     d = policy.decide(step(now, current, ms, ongoing=ongoing))
     assert cfg.min_replicas <= d.replicas <= cfg.max_replicas
@@ -138,7 +138,7 @@ def test_serve_default_more_ongoing_never_yields_fewer_replicas(cfg, a, b, state
     current = data.draw(st.integers(cfg.min_replicas, cfg.max_replicas))
     out = []
     for ongoing in sorted((a, b)):
-        policy = ServeDefaultPolicy(cfg)
+        policy = ServeDefaultPolicy(cfg.params())
         policy.set_state({"gate": state["gate"]})
         out.append(policy.decide(step(now, current, [], ongoing=ongoing)).replicas)
     assert out[0] <= out[1]
@@ -152,7 +152,7 @@ def test_serve_default_more_ongoing_never_yields_fewer_replicas(cfg, a, b, state
 def test_changes_only_after_the_wish_persisted_for_its_delay(cfg, with_profile, trace):
     """Closed loop over an arbitrary load trace: an upscale happens only after >= upscale_delay_s
     since the previous change (or start), a downscale likewise with downscale_delay_s."""
-    for policy in (make_kvserve(cfg, with_profile), ServeDefaultPolicy(cfg)):
+    for policy in (make_kvserve(cfg, with_profile), ServeDefaultPolicy(cfg.params())):
         # From zero both policies cold-start at once by design; start from one replica.
         current, now, last_change = max(cfg.min_replicas, 1), 0.0, 0.0
         for gap, load in trace:
@@ -169,7 +169,7 @@ def test_changes_only_after_the_wish_persisted_for_its_delay(cfg, with_profile, 
 
 def test_an_interrupted_wish_restarts_the_delay():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, upscale_delay_s=10, downscale_delay_s=60)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     hot = fleet(1, 5.0, ttft=2000.0, itl=50.0)  # r = 2 -> wants 2
     ok = fleet(1, 5.0, ttft=800.0, itl=50.0)  # r = 0.8 -> hold
     assert policy.decide(step(0, 1, hot)).replicas == 1
@@ -248,20 +248,20 @@ def test_steady_load_through_a_latency_plant_settles_without_flapping(
 
 def test_slo_violation_scales_up_in_proportion():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=10, upscale_delay_s=0, max_step=10)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     d = policy.decide(step(0, 2, fleet(2, 4.0, ttft=2500.0, itl=50.0)))  # r = 2.5
     assert d.replicas == 5
 
 
 def test_itl_violation_alone_scales_up():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=10, upscale_delay_s=0)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     assert policy.decide(step(0, 2, fleet(2, 4.0, ttft=100.0, itl=150.0))).replicas == 3
 
 
 def test_hysteresis_band_holds_and_comfort_releases():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=10, downscale_delay_s=0, hysteresis=0.6)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     assert policy.decide(step(0, 4, fleet(4, 4.0, ttft=700.0, itl=10.0))).replicas == 4  # r=0.7: hold
     assert policy.decide(step(1, 4, fleet(4, 4.0, ttft=500.0, itl=10.0))).replicas == 4  # 0.5*4/3 > 0.6
     assert policy.decide(step(2, 4, fleet(4, 4.0, ttft=400.0, itl=10.0))).replicas == 3  # 0.4*4/3 < 0.6
@@ -269,7 +269,7 @@ def test_hysteresis_band_holds_and_comfort_releases():
 
 def test_capacity_model_drives_scale_up_before_latency_degrades():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=20, upscale_delay_s=0, max_step=20)
-    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     ms = fleet(1, 30.0, ttft=300.0, itl=30.0, prompt=400, output=100)  # latency fine, rate high
     d = policy.decide(step(0, 1, ms))
     from autoscaling.capacity import replicas_needed
@@ -280,14 +280,14 @@ def test_capacity_model_drives_scale_up_before_latency_degrades():
 
 def test_cached_prefixes_reduce_capacity_demand():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=50, upscale_delay_s=0, max_step=50)
-    cold = KVServePolicy(cfg, SLO, PROFILE).decide(step(0, 1, fleet(1, 30.0, 300.0, 30.0, 1500, 50, hit=0.0)))
-    warm = KVServePolicy(cfg, SLO, PROFILE).decide(step(0, 1, fleet(1, 30.0, 300.0, 30.0, 1500, 50, hit=0.8)))
+    cold = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE).decide(step(0, 1, fleet(1, 30.0, 300.0, 30.0, 1500, 50, hit=0.0)))
+    warm = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE).decide(step(0, 1, fleet(1, 30.0, 300.0, 30.0, 1500, 50, hit=0.8)))
     assert warm.replicas < cold.replicas
 
 
 def test_idle_fleet_goes_to_min_after_the_downscale_delay():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, downscale_delay_s=60)
-    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     idle = fleet(3, 0.0, None, None)
     assert policy.decide(step(0, 3, idle)).replicas == 3
     assert policy.decide(step(59, 3, idle)).replicas == 3
@@ -296,20 +296,20 @@ def test_idle_fleet_goes_to_min_after_the_downscale_delay():
 
 def test_cold_start_from_zero():
     cfg = AutoscalingConfig(min_replicas=0, max_replicas=3, upscale_delay_s=30)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     assert policy.decide(step(0, 0, [], running=0, ongoing=0)).replicas == 0
     assert policy.decide(step(1, 0, [], running=0, ongoing=2)).replicas == 1
 
 
 def test_no_further_slo_upscale_while_replicas_are_starting():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=8, upscale_delay_s=0)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     assert policy.decide(step(0, 3, fleet(2, 4.0, 3000.0, 50.0), running=2)).replicas == 3
 
 
 def test_overload_memory_prevents_the_one_two_one_flap():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     assert policy.decide(step(0, 1, fleet(1, 10.0, 1500.0, 50.0))).replicas == 2
     # At two replicas latency collapses far below target; the same 10 req/s must not go back to 1.
     assert policy.decide(step(1, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
@@ -317,7 +317,7 @@ def test_overload_memory_prevents_the_one_two_one_flap():
     assert policy.decide(step(2, 2, fleet(2, 4.0, 100.0, 20.0))).replicas == 1
 
 
-def _overloaded_then_comfortable(policy: KVServePolicy, t: float) -> None:
+def _overloaded_then_comfortable(policy: SLOAutoscaler, t: float) -> None:
     """At 1 replica, 10 req/s breaks the SLO (memory learnt); at 2 it is comfortable."""
     assert policy.decide(step(t, 1, fleet(1, 10.0, 1500.0, 50.0))).replicas == 2
     assert policy.decide(step(t + 1, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
@@ -326,7 +326,7 @@ def _overloaded_then_comfortable(policy: KVServePolicy, t: float) -> None:
 def test_overload_memory_expires_after_its_lifetime():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
                             overload_memory_s=300)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     _overloaded_then_comfortable(policy, 0.0)
     assert policy.decide(step(299, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 2
     assert policy.decide(step(300, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1
@@ -336,7 +336,7 @@ def test_overload_memory_expires_after_its_lifetime():
 def test_a_premature_expiry_doubles_the_memory_lifetime_up_to_its_cap():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
                             overload_memory_s=100, overload_memory_max_s=300)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     _overloaded_then_comfortable(policy, 0.0)
     assert policy.decide(step(100, 2, fleet(2, 10.0, 100.0, 20.0))).replicas == 1  # expired at 100
     _overloaded_then_comfortable(policy, 150.0)  # back within 100 s: the expiry was premature
@@ -358,7 +358,7 @@ def test_on_a_steady_load_the_flaps_after_expiries_grow_geometrically_apart():
     lifetime, so over 6 hours there are only ~log2(cap / base) + rest / cap of them."""
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
                             overload_memory_s=300, overload_memory_max_s=3600)
-    policy = KVServePolicy(cfg, SLO, None)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), None)
     current, shrinks = 2, []
     for t in range(6 * 3600):
         ms = plant(10.0, current, mu=10.5, ttft0=150.0, itl0=10.0)  # r = 3.2 at one, 0.14 at two
@@ -374,11 +374,11 @@ def test_on_a_steady_load_the_flaps_after_expiries_grow_geometrically_apart():
 def test_overload_memory_lifetime_survives_a_state_round_trip():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, upscale_delay_s=0, downscale_delay_s=0,
                             overload_memory_s=100, overload_memory_max_s=300)
-    a = KVServePolicy(cfg, SLO, None)
+    a = SLOAutoscaler(cfg.params(), SLO.params(), None)
     _overloaded_then_comfortable(a, 0.0)
     a.decide(step(100, 2, fleet(2, 10.0, 100.0, 20.0)))
     _overloaded_then_comfortable(a, 150.0)
-    b = KVServePolicy(cfg, SLO, None)
+    b = SLOAutoscaler(cfg.params(), SLO.params(), None)
     b.set_state(json.loads(json.dumps(a.get_state())))
     assert (b.overload_per_replica, b.memory_until, b.memory_ttl_s, b.memory_expired_at) == (
         a.overload_per_replica, 350.0, 200.0, 100.0)
@@ -400,7 +400,7 @@ def test_recent_rate_noise_does_not_restart_the_downscale_delay():
     boundary every few ticks (Poisson noise). Shrinking is planned on the look-back rate, so
     the downscale wish persists and lands after its delay."""
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=6, upscale_delay_s=10, downscale_delay_s=30)
-    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     from autoscaling.capacity import per_replica_capacity
 
     per = per_replica_capacity(PROFILE, 300, 100, SLO.ttft_p90_ms, SLO.itl_p90_ms, cfg.headroom).per_replica_rps
@@ -419,7 +419,7 @@ def test_a_due_shrink_waits_while_the_recent_rate_needs_the_replicas():
     place: the shrink's delay runs out but it does not act; once the recent rate agrees it acts
     at once, without a new delay."""
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, upscale_delay_s=5, downscale_delay_s=30)
-    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     from autoscaling.capacity import per_replica_capacity
 
     per = per_replica_capacity(PROFILE, 300, 100, SLO.ttft_p90_ms, SLO.itl_p90_ms, cfg.headroom).per_replica_rps
@@ -457,7 +457,7 @@ def policy_overload_unset(cfg, with_profile, rate) -> bool:
 
 def test_recent_rate_still_scales_up_at_once():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=6, upscale_delay_s=0, max_step=6)
-    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     from autoscaling.capacity import per_replica_capacity
 
     per = per_replica_capacity(PROFILE, 300, 100, SLO.ttft_p90_ms, SLO.itl_p90_ms, cfg.headroom).per_replica_rps
@@ -469,13 +469,13 @@ def test_with_a_profile_the_overload_memory_forbids_only_the_overload_rate():
     """The memory is learnt at 2 req/s per replica. With a profile the capacity model has its own
     headroom, so the floor stops a return to >= 2 req/s per replica, not to 0.6 of it."""
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=8, downscale_delay_s=0, hysteresis=0.6)
-    policy = KVServePolicy(cfg, SLO, PROFILE)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     policy.overload_per_replica = policy.load(policy_sig(fleet(1, 2.0, 100.0, 20.0)))
     assert policy.memory_floor(policy_sig(fleet(3, 3.9, 100.0, 20.0))) == 2  # 1.95 per replica at 2
     assert policy.memory_floor(policy_sig(fleet(3, 4.0, 100.0, 20.0))) == 3  # exactly the overload at 2
     # The memory is of work, not of requests: the same rate of much shorter requests is less load.
     assert policy.memory_floor(policy_sig(fleet(3, 4.0, 100.0, 20.0, prompt=30, output=10))) == 1
-    no_profile = KVServePolicy(cfg, SLO, None)
+    no_profile = SLOAutoscaler(cfg.params(), SLO.params(), None)
     no_profile.overload_per_replica = 2.0
     assert no_profile.memory_floor(policy_sig(fleet(3, 3.9, 100.0, 20.0))) == 4  # planned at 0.6 x 2 req/s
 
@@ -488,12 +488,12 @@ def policy_sig(ms: list[ReplicaMetrics]):
 
 def test_state_round_trips_through_plain_dicts():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=6, upscale_delay_s=5, downscale_delay_s=20)
-    a = KVServePolicy(cfg, SLO, PROFILE)
+    a = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     inputs = [fleet(2, 8.0, 1500.0 if t < 20 else 200.0, 40.0) for t in range(60)]
     current = 2
     for t in range(30):
         current = a.decide(step(float(t), current, inputs[t])).replicas
-    b = KVServePolicy(cfg, SLO, PROFILE)
+    b = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
     b.set_state(json.loads(json.dumps(a.get_state())))
     cur_a = cur_b = current
     for t in range(30, 60):
@@ -506,14 +506,14 @@ def test_state_round_trips_through_plain_dicts():
 
 def test_fixed_max_is_always_max():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=7)
-    p = FixedMaxPolicy(cfg)
+    p = FixedMaxPolicy(cfg.params())
     assert {p.decide(step(t, c, [])).replicas for t, c in [(0, 1), (5, 7), (9, 3)]} == {7}
 
 
 def test_serve_default_rule():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=10, target_ongoing_requests=4,
                             upscale_delay_s=10, downscale_delay_s=30)
-    p = ServeDefaultPolicy(cfg)
+    p = ServeDefaultPolicy(cfg.params())
     assert p.decide(step(0, 2, [], ongoing=17)).replicas == 2  # wants ceil(17/4) = 5, delayed
     assert p.decide(step(10, 2, [], ongoing=17)).replicas == 5
     assert p.decide(step(11, 5, [], ongoing=20)).replicas == 5
@@ -524,6 +524,6 @@ def test_serve_default_rule():
 
 def test_registry():
     assert autoscaler_names() == ["fixed_max", "kvserve", "serve_default"]
-    assert isinstance(make_autoscaler("kvserve"), KVServePolicy)
+    assert isinstance(make_autoscaler("kvserve"), SLOAutoscaler)
     with pytest.raises(ValueError, match="unknown autoscaler"):
         make_autoscaler("nope")

@@ -13,7 +13,7 @@ from autoscaling.base import ScalingInput
 from autoscaling.capacity import replicas_needed
 import random
 
-from autoscaling.policies.kvserve import DEFAULT_STARTUP_S, TREND_SAMPLE_S, KVServePolicy
+from autoscaling.policies.kvserve import DEFAULT_STARTUP_S, TREND_SAMPLE_S, SLOAutoscaler
 from autoscaling.window import SignalWindow, WindowMetrics, metrics_from_stats
 from kvserve.config import AutoscalingConfig, SLOConfig
 from tests.unit.test_autoscaling_policies import PROFILE
@@ -40,16 +40,16 @@ def cfg(**kw) -> AutoscalingConfig:  # type: ignore[no-untyped-def]
 
 
 def test_recent_rate_scales_up_before_the_look_back_rate_catches_up():
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert need(4.0) < need(20.0)
     d = policy.decide(ScalingInput(0.0, need(4.0), need(4.0), fleet(need(4.0), rate=4.0, recent=20.0)))
     assert d.replicas == need(20.0)
     # A recent rate below the look-back rate does not shrink the demand under the look-back one.
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(0.0, 1, 1, fleet(1, rate=20.0, recent=1.0))).replicas == need(20.0)
 
 
-def _feed(policy: KVServePolicy, rates: list[float], current: int, recent: list[float] | None = None,
+def _feed(policy: SLOAutoscaler, rates: list[float], current: int, recent: list[float] | None = None,
           queued: list[float] | None = None) -> int:
     """One decision per second; `rates` are look-back rates, `recent` the recent (5 s) rates."""
     for t, r in enumerate(rates):
@@ -62,7 +62,7 @@ def _feed(policy: KVServePolicy, rates: list[float], current: int, recent: list[
 def test_a_sustained_ramp_is_extrapolated_over_start_up_and_delay():
     slope = 0.2  # req/s per s, well above Poisson noise at these rates
     rates = [2.0 + slope * t for t in range(60)]
-    policy = KVServePolicy(cfg(upscale_delay_s=5), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(upscale_delay_s=5).params(), SLO.params(), PROFILE)
     _feed(policy, rates, 1)
     assert abs(_slope(policy, 59.0) - slope) < 1e-6
     horizon = DEFAULT_STARTUP_S + 5
@@ -70,7 +70,7 @@ def test_a_sustained_ramp_is_extrapolated_over_start_up_and_delay():
     assert abs(policy.predicted_rate(_sig(sig_rate), 59.0) - (sig_rate + slope * horizon)) < 1e-6
 
 
-def _slope(policy: KVServePolicy, now: float) -> float:
+def _slope(policy: SLOAutoscaler, now: float) -> float:
     fit = policy.trend_fit(now)
     return fit[1] if fit else 0.0
 
@@ -99,7 +99,7 @@ def test_a_noisy_ramp_is_seen_and_its_forecast_leads_the_look_back_rate():
     slope, seconds = 0.3, 90
     rates = [10.0 + slope * max(t - 15, 0) for t in range(seconds)]  # the look-back rate (30 s window)
     recent = _poisson_rates(lambda t: 10.0 + slope * t, seconds, seed=1)
-    policy = KVServePolicy(cfg(upscale_delay_s=10), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(upscale_delay_s=10).params(), SLO.params(), PROFILE)
     _feed(policy, rates, 1, recent)
     now = float(seconds - 1)
     assert 0.5 * slope < _slope(policy, now) < 1.5 * slope
@@ -115,7 +115,7 @@ def test_a_step_is_not_extrapolated():
     # The recent rate of a step jumps; a line through it does not fit the samples.
     recent = [5.0] * 40 + [20.0] * 15
     rates = [5.0] * 40 + [5.0 + 15.0 * min(t, 30) / 30 for t in range(1, 16)]
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, rates, 1, recent)
     assert _slope(policy, float(len(rates) - 1)) == 0.0
 
@@ -127,7 +127,7 @@ def test_flat_poisson_loads_rarely_read_as_ramps():
     for seed in range(200):
         level = 2.0 + (seed % 10) * 8.0
         recent = _poisson_rates(lambda t: level, 61, seed)
-        policy = KVServePolicy(cfg(), SLO, PROFILE)
+        policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
         _feed(policy, [level] * 61, need(level), recent)
         alarms += _slope(policy, 60.0) > 0
     assert alarms <= 6
@@ -137,7 +137,7 @@ def test_flat_poisson_loads_rarely_read_as_ramps():
 @given(level=st.floats(1, 80), noise=st.lists(st.floats(-0.5, 0.5), min_size=60, max_size=60))
 def test_flat_noisy_rate_has_no_trend(level, noise):
     """Jitter of the size a 30 s window shows on a flat load never reads as a ramp."""
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, [level + n * min(level, 10) ** 0.5 / 10 for n in noise], need(level))
     assert _slope(policy, 59.0) * DEFAULT_STARTUP_S < max(level, 1.0) * 0.5
 
@@ -149,44 +149,44 @@ def test_samples_taken_while_the_routers_queue_grows_are_left_out():
     slope, seconds = 0.3, 60
     recent = [min(10.0 + slope * t, 20.0) for t in range(seconds)]
     queued = [0.0 if t < 34 else 5.0 * (min(t, 50) - 33) for t in range(seconds)]
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, recent, 1, recent, queued)
     left_out = [t for t, _, ok in policy.recent_history if not ok]
     assert left_out and min(left_out) >= 34 and max(left_out) <= 50
-    restored = KVServePolicy(cfg(), SLO, PROFILE)
+    restored = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     restored.set_state(json.loads(json.dumps(policy.get_state())))
     assert restored.recent_history == policy.recent_history
     # The same rise without the queue's samples in it is the clean line through the first 35 s.
-    clean = KVServePolicy(cfg(), SLO, PROFILE)
+    clean = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(clean, recent[:34], 1, recent[:34])
     assert abs(_slope(clean, 33.0) - slope) < 1e-6
 
 
 def test_a_burst_shorter_than_half_the_fit_window_is_not_a_ramp():
     # 20 s of a steep, clean rise: four samples, a perfect line, and still no forecast.
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, [5.0 + 0.5 * t for t in range(20)], 1)
     assert policy.trend_fit(19.0) is None
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, [5.0 + 0.5 * t for t in range(40)], 1)  # 40 s of it: a ramp
     assert _slope(policy, 39.0) > 0
 
 
 def test_start_up_time_is_measured_from_the_replicas_asked_for():
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     ms = fleet(1, 5.0, 5.0)
     policy.decide(ScalingInput(0.0, 1, 1, ms))
     policy.decide(ScalingInput(1.0, 3, 1, ms))  # two replicas starting
     policy.decide(ScalingInput(12.0, 3, 2, ms))
     policy.decide(ScalingInput(18.0, 3, 3, ms))  # all serving: 17 s after the first was pending
     assert policy.startup_s == 17.0
-    restored = KVServePolicy(cfg(), SLO, PROFILE)
+    restored = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     restored.set_state(json.loads(json.dumps(policy.get_state())))
     assert restored.startup_s == 17.0 and restored.running_rose_at == 18.0
 
 
 def test_an_slo_violation_waits_for_the_fleet_to_settle_then_scales_up():
-    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30).params(), SLO.params(), PROFILE)
     low = fleet(2, 1.0, 1.0)
     policy.decide(ScalingInput(0.0, 2, 1, fleet(1, 1.0, 1.0)))
     policy.decide(ScalingInput(1.0, 2, 2, low))  # the second replica just started serving
@@ -198,7 +198,7 @@ def test_an_slo_violation_waits_for_the_fleet_to_settle_then_scales_up():
 
 
 def test_an_slo_driven_upscale_is_capped_at_four_times_the_fleet():
-    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30).params(), SLO.params(), PROFILE)
     policy.decide(ScalingInput(0.0, 2, 2, fleet(2, 1.0, 1.0)))
     hot = fleet(2, 4.0, 4.0, ttft=10_000.0)  # r = 10, and the model asks for 3
     assert policy.decide(ScalingInput(31.0, 2, 2, hot)).replicas == 8
@@ -210,7 +210,7 @@ def test_an_slo_upscale_the_capacity_model_does_not_explain_grows_by_half_at_mos
     # The rate is one that a single replica carries: r > 1 then comes from what the model
     # does not see (long prompts queued on a few replicas), and at most ceil(1.5 n) are asked for.
     assert need(1.0) == 1
-    policy = KVServePolicy(cfg(look_back_s=30), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30).params(), SLO.params(), PROFILE)
     policy.decide(ScalingInput(0.0, n, n, fleet(n, 1.0, 1.0)))
     d = policy.decide(ScalingInput(31.0, n, n, fleet(n, 1.0, 1.0, ttft=1000.0 * r)))
     assert n + 1 <= d.replicas <= max(n + 1, math.ceil(1.5 * n))
@@ -220,7 +220,7 @@ def test_an_slo_upscale_the_capacity_model_does_not_explain_grows_by_half_at_mos
 
 
 def test_one_backlogged_replica_is_not_a_fleet_violation():
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     ms = fleet(4, 4.0, 4.0)
     backlogged = WindowMetrics("r0", 40_000.0, 20.0, 500, 32, 0.9, 1.0, 300.0, 100.0, 300.0, 100.0, 0.0, 0.05)
     r = policy.fleet_slo_ratio([backlogged, *ms[1:]], _sig(4.0))
@@ -229,12 +229,12 @@ def test_one_backlogged_replica_is_not_a_fleet_violation():
     d = policy.decide(ScalingInput(0.0, 4, 4, [backlogged, *ms[1:]]))
     assert d.replicas == 4
     # Without the queue, the same fleet shrinks to the modelled demand.
-    policy = KVServePolicy(cfg(), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(0.0, 4, 4, ms)).replicas == need(4.0) < 4
 
 
 def test_scale_down_goes_to_the_modelled_demand_in_one_decision():
-    policy = KVServePolicy(cfg(downscale_delay_s=30), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(downscale_delay_s=30).params(), SLO.params(), PROFILE)
     ms = fleet(8, 3.0, 3.0)
     assert policy.decide(ScalingInput(0.0, 8, 8, ms)).replicas == 8
     assert policy.decide(ScalingInput(30.0, 8, 8, ms)).replicas == need(3.0)
@@ -270,9 +270,9 @@ def test_token_gap_count_records_each_token():
 
 def test_simulator_hands_the_policy_window_metrics():
     from autoscaling.base import Decision, ScalingPolicy
-    from kvserve.sim.cluster import Cluster, ScalingSetup
-    from kvserve.sim.engine import EngineSettings
-    from kvserve.sim.workloads import TenantMix, generated
+    from simulator.cluster import Cluster, ScalingSetup
+    from simulator.engine import EngineSettings
+    from simulator.workloads import TenantMix, generated
     from router.registry import make_policy
     from tests.unit.test_sim_cluster import LINEAR
 
@@ -300,7 +300,7 @@ def test_simulator_hands_the_policy_window_metrics():
 
 def test_trend_samples_are_never_two_of_one_stats_report():
     # look_back_s 60: replicas push stats every 10 s, so a 5 s sampler would read each report twice.
-    policy = KVServePolicy(cfg(look_back_s=60), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=60).params(), SLO.params(), PROFILE)
     _feed(policy, [10.0 + 0.3 * t for t in range(60)], 1)
     times = [t for t, _, _ in policy.recent_history]
     assert min(b - a for a, b in zip(times, times[1:])) >= 10.0

@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaling.base import ScalingInput
-from autoscaling.policies.kvserve import QUEUE_GROWTH_S, KVServePolicy, fleet_signals
+from autoscaling.policies.kvserve import QUEUE_GROWTH_S, SLOAutoscaler, fleet_signals
 from autoscaling.window import SignalWindow, WindowMetrics, metrics_from_stats
 from kvserve.config import SLOConfig
-from kvserve.sim.cluster import Cluster
-from kvserve.sim.engine import EngineSettings
-from kvserve.sim.metrics import UNSERVED_TTFT_MS, TrailingPeak, minute_buckets
-from kvserve.sim.workloads import SimWorkload
+from simulator.cluster import Cluster
+from simulator.engine import EngineSettings
+from simulator.metrics import UNSERVED_TTFT_MS, TrailingPeak, minute_buckets
+from simulator.workloads import SimWorkload
 from router.registry import make_policy
 from tests.unit.test_autoscaling_policies import PROFILE
 from tests.unit.test_autoscaling_predictive import cfg, need
@@ -107,7 +107,7 @@ def _full(n: int, admitted: float, arrivals: float) -> list[WindowMetrics]:
 
 
 def test_a_growing_router_queue_reads_as_the_arrivals_the_replicas_never_saw():
-    policy = KVServePolicy(cfg(look_back_s=30.0), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30.0).params(), SLO.params(), PROFILE)
     admitted = 1.2
     assert need(admitted) == 1 and need(3 * admitted) > 2
     d = None
@@ -120,14 +120,14 @@ def test_a_growing_router_queue_reads_as_the_arrivals_the_replicas_never_saw():
 
 
 def test_without_a_router_queue_saturated_replicas_ask_for_no_more():
-    policy = KVServePolicy(cfg(look_back_s=30.0), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30.0).params(), SLO.params(), PROFILE)
     for t in range(12):
         d = policy.decide(ScalingInput(float(t), 1, 1, _full(1, 1.2, 1.2)))
     assert d.replicas == need(1.2) == 1
 
 
 def test_the_queues_growth_is_not_read_while_new_replicas_take_its_flush():
-    policy = KVServePolicy(cfg(look_back_s=30.0, downscale_delay_s=1000), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30.0, downscale_delay_s=1000).params(), SLO.params(), PROFILE)
     policy.decide(ScalingInput(0.0, 3, 1, _full(1, 1.2, 1.2), queued_requests=10.0))
     # Two replicas joined at t=1 and took 12 req/s from the queue at once: its peak figure still
     # grew (10 -> 30), but that is the old fleet's queue; only its drain counts.
@@ -143,7 +143,7 @@ def test_the_queues_growth_is_not_read_while_new_replicas_take_its_flush():
 def test_no_shrink_acts_while_requests_wait_at_the_routers():
     # Replicas asked for are still starting; the one serving is full and the routers' queue sits
     # at a cap (no growth to read): demand reads low, but every replica is full.
-    policy = KVServePolicy(cfg(look_back_s=30.0, downscale_delay_s=5.0), SLO, PROFILE)
+    policy = SLOAutoscaler(cfg(look_back_s=30.0, downscale_delay_s=5.0).params(), SLO.params(), PROFILE)
     full = _full(1, 1.2, 1.2)
     assert need(1.2 + 20.0 / 30.0) < 3
     for t in range(20):

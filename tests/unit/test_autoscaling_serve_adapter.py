@@ -16,7 +16,7 @@ from ray.serve.autoscaling_policy import _apply_autoscaling_config  # noqa: E402
 from ray.serve.config import AutoscalingConfig as ServeAutoscalingConfig  # noqa: E402
 from ray.serve.config import AutoscalingContext  # noqa: E402
 
-from autoscaling.serve_adapter import (  # noqa: E402
+from deployments.autoscaling_policy import (  # noqa: E402
     POLICY_IMPORT_PATH,
     STATE_KEY,
     SLOAutoscalingPolicy,
@@ -104,7 +104,7 @@ def test_translation_takes_each_replicas_newest_report():
     ctx = context(serve_cfg, {"a": [replica_stats(9000.0), replica_stats(400.0)], "b": [replica_stats(None)]},
                   target=3, running=2, ongoing=7.0)
     inp = scaling_input_from_context(ctx)
-    assert (inp.current_replicas, inp.running_replicas, inp.total_ongoing, inp.now) == (3, 2, 7.0, 1000.0)
+    assert (inp.target_replicas, inp.running_replicas, inp.total_ongoing, inp.now) == (3, 2, 7.0, 1000.0)
     by_id = {m.replica_id: m for m in inp.metrics}
     assert set(by_id) == {"a", "b"}
     assert by_id["a"].ttft_p90_ms == 400.0 and by_id["a"].requests_per_s == pytest.approx(2.0)

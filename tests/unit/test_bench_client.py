@@ -22,10 +22,10 @@ FIRST_S, ITL_S = 0.15, 0.04
 
 
 def _cli_app():
-    """A typer group holding only `bench`, as kvserve.cli builds it (group even if no other room is present)."""
+    """A typer group holding only `bench`, as cli.app builds it (group even if no other room is present)."""
     import typer
 
-    from bench.cli import register
+    from cli.bench import register
 
     app = typer.Typer()
 

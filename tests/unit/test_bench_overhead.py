@@ -27,7 +27,7 @@ from bench.overhead import (
     parse_levels,
     requests_for,
 )
-from bench.overhead_cli import _portable_args
+from cli.bench_overhead import _portable_args
 from bench.overhead_load import level_requests, measure_levels, random_requests
 from bench.runner import ReplayOptions
 from bench.servers import free_port, port_is_free, running
@@ -158,7 +158,7 @@ def test_one_replica_config_is_the_same_engine_on_one_fixed_replica():
     assert again.num_replicas == 1 and not again.autoscaling.enabled
     assert (again.server.host, again.server.port) == ("127.0.0.1", 9123)
     assert engine_cli_args(again) == engine_cli_args(cfg)
-    assert kvserve_command("c.json", python="py") == ["py", "-m", "kvserve.cli", "serve", "--config", "c.json"]
+    assert kvserve_command("c.json", python="py") == ["py", "-m", "cli", "serve", "--config", "c.json"]
 
 
 def test_portable_args_keep_no_paths():

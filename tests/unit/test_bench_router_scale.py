@@ -12,9 +12,9 @@ from bench import router_micro
 from bench.routing_scale import run_one, setup_for
 from bench.trace_tiling import tile
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.cluster import Cluster
-from kvserve.sim.engine import EngineSettings, SimRequest, blocks_for
-from kvserve.sim.workloads import SimWorkload
+from simulator.cluster import Cluster
+from simulator.engine import EngineSettings, SimRequest, blocks_for
+from simulator.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.block_hash import chain_ids
 from tests.shared_files import shared_file
@@ -55,7 +55,7 @@ def test_micro_scores_a_bounded_sample_and_reports_percentiles():
 
 
 def test_kvserve_bench_micro_prints_the_json():
-    from kvserve.cli import app
+    from cli.app import app
 
     result = CliRunner().invoke(app, ["bench", "micro", "--replicas", "20", "--blocks", "200", "--decisions", "30"])
     assert result.exit_code == 0, result.output

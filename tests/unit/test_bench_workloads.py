@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.arrivals import parse_load_shape, parse_skew, poisson_arrivals, popularity_weights
+from kvserve.arrivals import parse_load_shape, parse_skew, poisson_arrivals, popularity_weights
 from bench.prepare import LoadSpec, apply_load, parse_policies
 from bench.fake_tokenizer import FakeTokenizer
 from bench.tokens import SafeVocab

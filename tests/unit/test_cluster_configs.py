@@ -16,7 +16,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 
 from cluster.render import CLUSTER_DIR, TARGETS, RayPorts, committed_path, main, render, render_text
 from kvserve.config import KVServeConfig
-from kvserve.helm_values import worker_bounds
+from cluster.helm_values import worker_bounds
 
 RAY_SCHEMA = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
 YAMLS = sorted(CLUSTER_DIR.glob("*.yaml"))
@@ -136,8 +136,8 @@ def test_replica_that_cannot_fit_a_worker_is_rejected():
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_ray_start_carries_the_node_env(name):
-    """Serve's proxy -> ingress hop runs over gRPC on every node (kvserve.serve_config.NODE_ENV)."""
-    from kvserve.serve_config import node_env_prefix
+    """Serve's proxy -> ingress hop runs over gRPC on every node (cluster.serve_config.NODE_ENV)."""
+    from cluster.serve_config import node_env_prefix
 
     cfg = yaml.safe_load(render_text(TARGETS[name]))
     starts = [c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in cfg[key] if "ray start" in c]
@@ -146,7 +146,7 @@ def test_every_ray_start_carries_the_node_env(name):
 
 def test_the_local_launcher_sets_the_node_env():
     from cluster.local import _ray_env
-    from kvserve.serve_config import NODE_ENV
+    from cluster.serve_config import NODE_ENV
 
     env = _ray_env(KVServeConfig.model_validate({"tenants": {"open_mode": True}}))
     assert {k: env[k] for k in NODE_ENV} == NODE_ENV

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from autoscaling.window import SignalWindow
 from deployments.metrics import IngressMetrics
-from kvserve.cli import app
+from cli.app import app
 from kvserve.config import SLOConfig
-from kvserve.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
+from cluster.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
 
 METRIC = re.compile(r"\bkvserve_[a-z0-9_]+")
 
@@ -173,7 +173,7 @@ def test_chart_ships_the_dashboard_in_a_valid_configmap():
     pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) renders the chart")
     import kubernetes_validate
 
-    from kvserve.helm_values import render_chart
+    from cluster.helm_values import render_chart
 
     rendered = render_chart({"grafanaDashboard": {"enabled": True}}, release="llm", namespace="serving")
     (cm,) = [o for objs in rendered.values() for o in objs if o["kind"] == "ConfigMap"]

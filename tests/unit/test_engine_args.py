@@ -10,7 +10,7 @@ import pytest
 
 import deployments.vllm_args as va
 import kvserve.model_footprint as footprint
-from kvserve.commands import show
+from cli.commands import show
 from kvserve.config import KVServeConfig, load_config
 from kvserve.gpu_budget import GiB
 

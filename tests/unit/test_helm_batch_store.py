@@ -9,8 +9,8 @@ import yaml
 pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) renders the chart")
 
 from deployments.app import batch_store_pin  # noqa: E402
-from kvserve.helm_values import CHART_DIR, HEAD_NODE_RESOURCE, load_values, render_chart, values_to_config  # noqa: E402
-from kvserve.serve_config import config_from_serve_config  # noqa: E402
+from cluster.helm_values import CHART_DIR, HEAD_NODE_RESOURCE, load_values, render_chart, values_to_config  # noqa: E402
+from cluster.serve_config import config_from_serve_config  # noqa: E402
 
 VALUES = CHART_DIR / "ci" / "batch-store-values.yaml"
 

@@ -19,8 +19,8 @@ helm_python = pytest.importorskip("helm_python", reason="helm-python-sdk (dev ex
 
 from tests.shared_files import shared_file  # noqa: E402
 from kvserve.config import ConfigError, KVServeConfig  # noqa: E402
-from kvserve.serve_config import NODE_ENV  # noqa: E402
-from kvserve.helm_values import (  # noqa: E402
+from cluster.serve_config import NODE_ENV  # noqa: E402
+from cluster.helm_values import (  # noqa: E402
     CHART_DIR,
     load_values,
     render_chart,
@@ -28,7 +28,7 @@ from kvserve.helm_values import (  # noqa: E402
     values_to_config,
     worker_bounds,
 )
-from kvserve.serve_config import IMPORT_PATH, build_serve_config, config_from_serve_config  # noqa: E402
+from cluster.serve_config import IMPORT_PATH, build_serve_config, config_from_serve_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / ".." / "shared"
@@ -142,7 +142,7 @@ def test_worker_group_matches_config(path):
 
 @pytest.mark.parametrize("path", CASES, ids=IDS)
 def test_every_ray_container_gets_the_node_env(path):
-    """Serve's proxy -> ingress hop runs over gRPC on every node (kvserve.serve_config.NODE_ENV)."""
+    """Serve's proxy -> ingress hop runs over gRPC on every node (cluster.serve_config.NODE_ENV)."""
     cluster = _one(path, "RayService")["spec"]["rayClusterConfig"]
     pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     for pod in pods:

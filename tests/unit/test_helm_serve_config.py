@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from ray.serve.schema import ServeDeploySchema
 
 from kvserve.config import KVServeConfig
-from kvserve.serve_config import (
+from cluster.serve_config import (
     IMPORT_PATH,
     assert_no_clear_secrets,
     build_serve_config,

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvserve.config import KVServeConfig
-from kvserve.helm_values import (
+from cluster.helm_values import (
     CHART_DIR,
     SCHEMA_PATH,
     config_to_values,
@@ -30,7 +30,7 @@ VALUES_FILES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
 
 def test_committed_schema_is_up_to_date():
     assert SCHEMA_PATH.read_text() == values_schema_text(), (
-        "helm/kvserve/values.schema.json is stale: run `python -m kvserve.helm_values schema > "
+        "helm/kvserve/values.schema.json is stale: run `python -m cluster.helm_values schema > "
         "helm/kvserve/values.schema.json`"
     )
 

@@ -7,9 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from deployments.app import LIVE_ROUTERS, request_router_config
+from deployments.app import request_router_config
 from deployments.ray_prefix_router import PrefixCacheAffinityRouter
 from kvserve.config import KVServeConfig
+from kvserve.policy_registry import ROUTERS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,8 @@ def test_it_is_the_class_ray_publishes_minus_nothing():
 
 
 def test_serve_gets_it_from_the_config():
-    assert LIVE_ROUTERS["ray_prefix"] == "deployments.ray_prefix_router:PrefixCacheAffinityRouter"
+    assert ROUTERS["ray_prefix"].live == "deployments.ray_prefix_router:PrefixCacheAffinityRouter"
+    assert ROUTERS["ray_prefix"].live_origin == "ray"
     rc = request_router_config(KVServeConfig.model_validate({"router": {"policy": "ray_prefix"}}))
     assert rc.get_request_router_class() is PrefixCacheAffinityRouter
 

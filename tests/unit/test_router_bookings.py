@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.bookings import Bookings
-from router.policies.kvserve import KVServePolicy
+from router.policies.kvserve import PrefixCostRouter
 
 _ids = itertools.count()
 
@@ -40,7 +40,7 @@ def req(n_tokens: int = 12) -> RouteRequest:
 def test_simultaneous_decisions_see_each_other_and_spread():
     """Four short requests decided before any replica accepted: 2 + 2, not a coin flip each."""
     for seed in range(20):
-        policy = KVServePolicy(seed=seed)
+        policy = PrefixCostRouter(seed=seed)
         bookings = Bookings(policy)
         loads = [ReplicaLoad("a"), ReplicaLoad("b")]
         picks = []

@@ -17,7 +17,7 @@ from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
 from router.block_hash import chain_ids
 from router.candidates import candidate_ids, prefix_holders
-from router.policies.kvserve import KVServePolicy
+from router.policies.kvserve import PrefixCostRouter
 
 BS = 16
 
@@ -78,7 +78,7 @@ def chain(prefix: int, length: int, tail: int) -> list[int]:
 
 
 def test_the_prefix_holder_wins_among_a_thousand():
-    p = KVServePolicy(RouterConfig(), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig().params(), seed=0, block_size=BS)
     reps = ids(1000)
     hashes = chain(1, 30, 0)
     p.on_cache_snapshot("r0637", hashes[:30], now=0.0)
@@ -109,8 +109,8 @@ def test_sampled_decides_as_exhaustive_while_the_sample_covers_every_replica(
     n_rep, sample, plan, loads_seed, snapshot, finish_every
 ):
     reps = ids(n_rep)
-    exhaustive = KVServePolicy(RouterConfig(sample_replicas=None), seed=5, block_size=BS)
-    sampled = KVServePolicy(RouterConfig(sample_replicas=sample), seed=5, block_size=BS)
+    exhaustive = PrefixCostRouter(RouterConfig(sample_replicas=None).params(), seed=5, block_size=BS)
+    sampled = PrefixCostRouter(RouterConfig(sample_replicas=sample).params(), seed=5, block_size=BS)
     for p in (exhaustive, sampled):
         for r_idx, fam, length in snapshot:
             if r_idx < n_rep:

@@ -15,7 +15,6 @@ from router.base import ReplicaLoad
 from router.cost import (
     CostParams,
     committed_load_ms,
-    config_from_profile,
     eviction_cost_ms,
     kv_pressure,
     predicted_ttft_ms,
@@ -93,11 +92,13 @@ def test_uncached_tokens_counts_partial_tail_and_never_goes_negative():
 
 
 def test_params_come_from_router_config():
+    """The core's CostParams are built from the app config, and the config's defaults are the core's."""
+    assert RouterConfig().params().cost == CostParams()
     cfg = RouterConfig(
         prefill_ms_per_token=0.1, decode_ms_per_seq=0.7, kv_pressure_start=0.8, kv_pressure_weight=2.0,
         active_token_weight=0.25, cache_miss_weight=0.3,
     )
-    p = CostParams.from_config(cfg)
+    p = cfg.params().cost
     assert (p.prefill_ms_per_token, p.decode_ms_per_seq, p.cache_miss_weight) == (0.1, 0.7, 0.3)
     assert (p.kv_pressure_start, p.kv_pressure_weight, p.active_token_weight) == (0.8, 2.0, 0.25)
 
@@ -106,7 +107,7 @@ def test_config_from_measured_profile():
     path = shared_file("profiles", "h200-vllm0.24-llama8b-profile.json")
     profile = EngineProfile.load(path)
     base = RouterConfig(tie_tolerance=0.2)
-    cfg = config_from_profile(profile, base)
+    cfg = base.fitted_to(profile)
     assert cfg.prefill_ms_per_token == pytest.approx(profile.prefill_ms_per_token())
     expected_per_seq = (profile.decode_step_ms(32) - profile.decode_step_ms(1)) / 31
     assert cfg.decode_ms_per_seq == pytest.approx(expected_per_seq)

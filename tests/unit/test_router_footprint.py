@@ -9,7 +9,7 @@ from kvserve.config import RouterConfig
 from router.base import ReplicaLoad, RouteRequest
 from router.block_hash import chain_hashes
 from router.footprint import Footprints
-from router.policies.kvserve import KVServePolicy
+from router.policies.kvserve import PrefixCostRouter
 
 
 def test_overflow_is_zero_with_room_and_at_most_the_prefix_when_full():
@@ -57,7 +57,7 @@ def test_new_families_go_where_they_evict_nobody():
     """Each replica holds 2.x families. Three new families land on `a` by load (it is the idle one);
     the footprint charge sends the third to `b`, where it evicts nothing, despite `b`'s queue."""
     cfg = RouterConfig(prefill_ms_per_token=1.0, decode_ms_per_seq=0.0, tie_tolerance=0.0)
-    policy = KVServePolicy(cfg, block_size=16)
+    policy = PrefixCostRouter(cfg.params(), block_size=16)
     a = ReplicaLoad("a", kv_capacity_tokens=160)
     b = ReplicaLoad("b", queued_prefill_tokens=40, kv_capacity_tokens=160)
     placed = []
@@ -73,7 +73,7 @@ def test_new_families_go_where_they_evict_nobody():
 
 def test_without_a_known_capacity_the_charge_is_off():
     cfg = RouterConfig(prefill_ms_per_token=1.0, decode_ms_per_seq=0.0, tie_tolerance=0.0)
-    policy = KVServePolicy(cfg, block_size=16)
+    policy = PrefixCostRouter(cfg.params(), block_size=16)
     a, b = ReplicaLoad("a"), ReplicaLoad("b", queued_prefill_tokens=40)
     for i in range(3):
         req = _request(i, i)

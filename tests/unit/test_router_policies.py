@@ -16,7 +16,7 @@ from router.base import ReplicaLoad, RouteRequest
 from router.block_hash import chain_hashes
 from router.bookings import Bookings
 from router.policies.approx_tree import ApproxTreePolicy, HistoryRadixTree
-from router.policies.kvserve import KVServePolicy
+from router.policies.kvserve import PrefixCostRouter
 from router.policies.ray_prefix_sim import RayPrefixSimPolicy
 from router.registry import make_policy, policy_names
 
@@ -44,7 +44,7 @@ def idle(*ids: str) -> list[ReplicaLoad]:
 def test_registry_builds_every_policy_by_name():
     assert {"round_robin", "pow2", "kvserve", "approx_tree", "ray_prefix"} <= set(policy_names())
     for name in policy_names():
-        p = make_policy(name, RouterConfig(), seed=1)
+        p = make_policy(name, RouterConfig().params(), seed=1)
         assert p.name == name
         ranked = p.rank(request(question()), idle("a", "b", "c"), now=0.0)
         assert sorted(ranked) == ["a", "b", "c"]  # every replica, once, best first
@@ -56,7 +56,7 @@ def test_registry_builds_every_policy_by_name():
 
 
 def test_kvserve_prefers_the_replica_holding_the_prefix():
-    p = KVServePolicy(RouterConfig(), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig().params(), seed=0, block_size=BS)
     sys_a = system_prompt(1)
     p.on_cache_snapshot("home", chain_hashes(sys_a, BS), now=0.0)
     p.on_cache_snapshot("other", [], now=0.0)
@@ -65,7 +65,7 @@ def test_kvserve_prefers_the_replica_holding_the_prefix():
 
 
 def test_kvserve_near_ties_are_spread_at_random():
-    p = KVServePolicy(RouterConfig(tie_tolerance=0.1), seed=7, block_size=BS)
+    p = PrefixCostRouter(RouterConfig(tie_tolerance=0.1).params(), seed=7, block_size=BS)
     replicas = idle("a", "b", "c", "d")
     firsts = Counter(p.rank(request(question(200)), replicas, now=0.0)[0] for _ in range(2000))
     assert set(firsts) == {"a", "b", "c", "d"}
@@ -74,7 +74,7 @@ def test_kvserve_near_ties_are_spread_at_random():
 
 
 def test_kvserve_does_not_shuffle_clear_winners():
-    p = KVServePolicy(RouterConfig(tie_tolerance=0.1), seed=7, block_size=BS)
+    p = PrefixCostRouter(RouterConfig(tie_tolerance=0.1).params(), seed=7, block_size=BS)
     replicas = [ReplicaLoad("busy", queued_prefill_tokens=5000), ReplicaLoad("free"), ReplicaLoad("busier", queued_prefill_tokens=9000)]
     for _ in range(50):
         assert p.rank(request(question(200)), replicas, now=0.0) == ["free", "busy", "busier"]
@@ -86,7 +86,7 @@ def test_kvserve_burst_on_one_hot_prefix_does_not_herd(seed):
     """8 requests sharing one prefix arrive before any replica reports: with a light miss charge the
     replicas are near-ties and the seeded shuffle spreads them."""
     cfg = RouterConfig(cache_miss_weight=1.0, home_affinity=0.3, spill_ttft_ms=None)
-    p = KVServePolicy(cfg, seed=seed, block_size=BS)
+    p = PrefixCostRouter(cfg.params(), seed=seed, block_size=BS)
     hot = system_prompt(3)
     replicas = ["a", "b", "c", "d"]
     counts: Counter[str] = Counter()
@@ -102,7 +102,7 @@ def test_kvserve_burst_on_one_hot_prefix_does_not_herd(seed):
 def test_kvserve_cold_burst_gathers_at_home_then_spreads_with_defaults():
     """Default costs: followers of a cold burst wait for the leader's prefill at home (one prefill instead
     of one per replica) until home's queue costs more than re-prefilling elsewhere; then they spread."""
-    p = KVServePolicy(RouterConfig(), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig().params(), seed=0, block_size=BS)
     hot = system_prompt(4)
     replicas = ["a", "b", "c", "d"]
     placed: list[str] = []
@@ -118,7 +118,7 @@ def test_kvserve_cold_burst_gathers_at_home_then_spreads_with_defaults():
 
 
 def test_kvserve_hot_prefix_spills_when_its_home_is_overloaded():
-    p = KVServePolicy(RouterConfig(), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig().params(), seed=0, block_size=BS)
     hot = system_prompt(5)
     p.on_cache_snapshot("home", chain_hashes(hot, BS), now=0.0)
     p.on_cache_snapshot("spare", [], now=0.0)
@@ -137,7 +137,7 @@ def test_kvserve_hot_prefix_spills_when_its_home_is_overloaded():
 @given(seed=st.integers(0, 10_000))
 def test_kvserve_two_tenants_stick_to_separate_replicas(seed):
     """Balanced, concurrent load from two tenants: each tenant's prefix settles on its own replica."""
-    p = KVServePolicy(RouterConfig(), seed=seed, block_size=BS)
+    p = PrefixCostRouter(RouterConfig().params(), seed=seed, block_size=BS)
     prompts = {"t0": system_prompt(10), "t1": system_prompt(11)}
     inflight: list[tuple[RouteRequest, str]] = []
     placed: dict[str, list[str]] = {"t0": [], "t1": []}
@@ -164,7 +164,7 @@ def test_kvserve_two_tenants_stick_to_separate_replicas(seed):
 @pytest.mark.parametrize("weight, expect_spread", [(0.5, True), (0.0, False)])
 def test_kvserve_committed_context_spreads_a_cached_tenant(weight, expect_spread):
     """Engines report every request (no unseen work); only the in-flight context term can move the tenant."""
-    p = KVServePolicy(RouterConfig(active_token_weight=weight), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig(active_token_weight=weight).params(), seed=0, block_size=BS)
     hot = system_prompt(4)
     p.on_cache_snapshot("home", chain_hashes(hot, BS), now=0.0)
     p.on_cache_snapshot("spare", [], now=0.0)
@@ -185,7 +185,7 @@ def test_kvserve_committed_context_spreads_a_cached_tenant(weight, expect_spread
 def test_kvserve_counts_its_own_unreported_requests():
     """Stats say both replicas are idle, but this router just sent a cold prompt to one of them."""
     cfg = RouterConfig(tie_tolerance=0.0, active_token_weight=0.0, prefill_ms_per_token=2.5, decode_ms_per_seq=5.0)
-    p = KVServePolicy(cfg, seed=0, block_size=BS)
+    p = PrefixCostRouter(cfg.params(), seed=0, block_size=BS)
     first = request(question(800))
     p.rank(first, idle("a", "b"), now=0.0)
     p.on_routed(first, "a", now=0.0)  # predicted prefill: 800 * 2.5 ms = 2 s
@@ -206,7 +206,7 @@ def test_kvserve_counts_its_own_unreported_requests():
 
 
 def test_kvserve_falls_back_to_load_for_gone_or_silent_replicas():
-    p = KVServePolicy(RouterConfig(stale_after_s=5.0), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig(stale_after_s=5.0).params(), seed=0, block_size=BS)
     sys_a = system_prompt(1)
     p.on_cache_snapshot("home", chain_hashes(sys_a, BS), now=0.0)
     p.on_cache_snapshot("other", [], now=0.0)
@@ -356,7 +356,7 @@ def test_history_tree_lru_eviction_keeps_recent_and_respects_target(inserts, tar
         assert tree.match(inserts[-1], {"a"})[0] == len(inserts[-1])  # the most recent one survives
 
 
-def _brute_known_load(p: KVServePolicy, load: ReplicaLoad, now: float) -> tuple[int, int]:
+def _brute_known_load(p: PrefixCostRouter, load: ReplicaLoad, now: float) -> tuple[int, int]:
     """The definition `_known_load` keeps incrementally: walk every in-flight request of ours."""
     mine = p._inflight.get(load.replica_id, {})
     waiting = [r for r in mine.values() if r.prefill_done_at > now]
@@ -381,7 +381,7 @@ def _brute_known_load(p: KVServePolicy, load: ReplicaLoad, now: float) -> tuple[
 )
 def test_kvserve_incremental_known_load_equals_brute_force(ops):  # type: ignore[no-untyped-def]
     """Routes, finishes, retries and replica loss in any order: the O(1) totals match a full walk."""
-    p = KVServePolicy(RouterConfig(prefill_ms_per_token=1.0), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig(prefill_ms_per_token=1.0).params(), seed=0, block_size=BS)
     rids = ["a", "b", "c"]
     reported = [ReplicaLoad(r, running=1, queued_prefill_tokens=50) for r in rids]
     live: list[tuple[RouteRequest, str]] = []
@@ -405,8 +405,8 @@ def test_kvserve_incremental_known_load_equals_brute_force(ops):  # type: ignore
             assert p._known_load(load, now) == _brute_known_load(p, load, now)
 
 
-def _homed_policy(cfg: RouterConfig, hot: list[int], holders: tuple[str, ...] = ("home",)) -> KVServePolicy:
-    p = KVServePolicy(cfg, seed=0, block_size=BS)
+def _homed_policy(cfg: RouterConfig, hot: list[int], holders: tuple[str, ...] = ("home",)) -> PrefixCostRouter:
+    p = PrefixCostRouter(cfg.params(), seed=0, block_size=BS)
     for r in holders:
         p.on_cache_snapshot(r, chain_hashes(hot, BS), now=0.0)
     first = request(hot + question())
@@ -448,7 +448,7 @@ def test_kvserve_home_gives_way_to_an_idle_replica_holding_the_same_prefix():
 def test_kvserve_burst_after_scale_up_reaches_the_warmed_replica():
     """Every tenant's home is the old replica; a new one joins holding the same prefixes (warmed). A
     24-request burst at concurrency 8, booked as the Serve adapter books it, must reach the new one."""
-    p = KVServePolicy(RouterConfig(spill_ttft_ms=2000.0), seed=0, block_size=BS)
+    p = PrefixCostRouter(RouterConfig(spill_ttft_ms=2000.0).params(), seed=0, block_size=BS)
     bookings = Bookings(p)
     prompts = [system_prompt(t) for t in range(4)]
     held = [h for sp in prompts for h in chain_hashes(sp, BS)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from deployments.protocol import ChatWork
-from router.serve_adapter import KVServeRequestRouter
+from deployments.request_router import KVServeRequestRouter
 
 
 def _pending(work) -> SimpleNamespace:  # Serve's PendingRequest, as far as the adapter reads it

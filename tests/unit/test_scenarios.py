@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 import deployments.vllm_args as va
 import kvserve.model_footprint as footprint
-from kvserve.cli import app
+from cli.app import app
 from kvserve.config import ConfigError, KVServeConfig, load_config
-from kvserve.scenario_report import explain
+from cli.scenario_report import explain
 from kvserve.scenarios import SCENARIOS, apply_preset, checkpoint_quantization, preset
 
 DEVICES = ("cpu", "gpu")

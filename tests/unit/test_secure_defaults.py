@@ -97,7 +97,7 @@ def _clean_env() -> dict[str, str]:
 
 def test_kvserve_serve_without_flags_exits_quickly_naming_the_fix(tmp_path):
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kvserve.cli", "serve"], cwd=tmp_path, env=_clean_env(),
+    done = subprocess.run([sys.executable, "-m", "cli", "serve"], cwd=tmp_path, env=_clean_env(),
                           capture_output=True, text=True, timeout=60)
     assert time.monotonic() - t0 < 60
     assert done.returncode != 0
@@ -113,12 +113,12 @@ class _Reached(Exception):
 def no_cluster(monkeypatch):
     """kvserve serve/deploy with Ray, the model and the cluster replaced by tripwires."""
     import cluster.local
-    import kvserve.commands
+    import cli.commands
 
     def tripwire(*_a, **_k):
         raise _Reached
 
-    monkeypatch.setattr(kvserve.commands, "_ensure_model", lambda _cfg: None)
+    monkeypatch.setattr(cli.commands, "_ensure_model", lambda _cfg: None)
     monkeypatch.setattr(cluster.local, "start_cluster", tripwire)
     monkeypatch.setattr(cluster.local, "deploy", tripwire)
     monkeypatch.setattr(cluster.local, "shutdown", lambda _started: None)
@@ -139,7 +139,7 @@ def no_cluster(monkeypatch):
     ],
 )
 def test_refused_before_ray_starts(no_cluster, args, fix):
-    from kvserve.cli import app
+    from cli.app import app
 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and not isinstance(result.exception, _Reached)
@@ -148,7 +148,7 @@ def test_refused_before_ray_starts(no_cluster, args, fix):
 
 @pytest.mark.parametrize("args", [["serve", "--dev"], ["deploy", "--dev"]])
 def test_dev_mode_on_loopback_goes_on_to_start(no_cluster, args):
-    from kvserve.cli import app
+    from cli.app import app
 
     assert isinstance(CliRunner().invoke(app, args).exception, _Reached)
 
@@ -157,7 +157,7 @@ def test_dev_mode_on_loopback_goes_on_to_start(no_cluster, args):
 
 
 def test_helm_values_check_applies_the_same_rule():
-    from kvserve.helm_values import load_values, validate_values
+    from cluster.helm_values import load_values, validate_values
 
     values = load_values()
     values["kvserve"]["tenants"] = {"open_mode": True}  # the chart binds 0.0.0.0
@@ -173,7 +173,7 @@ def test_helm_values_check_applies_the_same_rule():
 
 def test_helm_chart_refuses_open_mode_on_the_pod_network_unless_allowed():
     helm_python = pytest.importorskip("helm_python")
-    from kvserve.helm_values import render_chart
+    from cluster.helm_values import render_chart
 
     with pytest.raises(helm_python.HelmRenderError, match="allow_open_on_network"):
         render_chart({"kvserve": {"tenants": {"open_mode": True}}})

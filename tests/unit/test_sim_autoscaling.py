@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from autoscaling.base import Decision, ScalingInput, ScalingPolicy
 from kvserve.config import AutoscalingConfig
-from kvserve.sim.cluster import Cluster, ScalingSetup
-from kvserve.sim.engine import EngineSettings
-from kvserve.sim.workloads import TenantMix, generated
+from simulator.cluster import Cluster, ScalingSetup
+from simulator.engine import EngineSettings
+from simulator.workloads import TenantMix, generated
 from router.registry import make_policy
 from tests.unit.test_sim_cluster import LINEAR
 
@@ -54,7 +54,7 @@ def test_replicas_bounded_and_drained_replicas_finish_their_requests() -> None:
         rep = cluster.replicas[r.replica]
         if rep.created > 0:
             assert r.arrival >= rep.created + 2.0 - 1e-9
-    assert pol.seen and all(inp.running_replicas <= inp.current_replicas <= 3 for inp in pol.seen)
+    assert pol.seen and all(inp.running_replicas <= inp.target_replicas <= 3 for inp in pol.seen)
 
 
 def test_grace_expiry_counts_failed_requests_and_loses_none() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvserve.cli import app
-from kvserve.sim.runner import AUTOSCALING_KEYS, PACKAGED_PROFILE, ROUTING_KEYS, default_kv_blocks
-from kvserve.sim.workloads import load_trace
+from cli.app import app
+from simulator.runner import AUTOSCALING_KEYS, PACKAGED_PROFILE, ROUTING_KEYS, default_kv_blocks
+from simulator.workloads import load_trace
 from kvserve.perf_model import EngineProfile
 from tests.shared_files import shared_file
 

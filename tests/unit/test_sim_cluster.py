@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.cluster import Cluster
-from kvserve.sim.engine import EngineSettings, SimRequest, blocks_for
-from kvserve.sim.workloads import SimWorkload, TenantMix, generated
+from simulator.cluster import Cluster
+from simulator.engine import EngineSettings, SimRequest, blocks_for
+from simulator.workloads import SimWorkload, TenantMix, generated
 from router.block_hash import chain_ids
 from router.registry import make_policy
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvserve.sim.engine import KVCache, SimRequest
+from simulator.engine import KVCache, SimRequest
 
 
 def req(idx: int, hashes: list[int], total: int | None = None) -> SimRequest:
@@ -69,7 +69,7 @@ def test_concurrent_duplicate_block_stays_private() -> None:
 
 def _replica(cap: int):
     from kvserve.perf_model import EngineProfile
-    from kvserve.sim.engine import EngineSettings, Replica
+    from simulator.engine import EngineSettings, Replica
 
     linear = EngineProfile.from_dict({
         "block_size": 4, "kv_cache_tokens": 4096,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvserve.sim.oracle import infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds
+from simulator.oracle import infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds
 from tests.unit.test_sim_cluster import mk
 
 

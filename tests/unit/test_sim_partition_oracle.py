@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvserve.cli import app
+from cli.app import app
 from kvserve.config import KVServeConfig
-from kvserve.sim.cluster import Cluster
-from kvserve.sim.engine import EngineSettings
-from kvserve.sim.partition_oracle import (
+from simulator.cluster import Cluster
+from simulator.engine import EngineSettings
+from simulator.partition_oracle import (
     StaticPartitionPolicy, best_static_partition, candidate_splits, overflow, prefix_blocks, searched_splits,
 )
-from kvserve.sim.metrics import latency_summary
-from kvserve.sim.runner import ROUTING_KEYS, SimSetup
-from kvserve.sim.workloads import SimWorkload, TenantMix, generated
+from simulator.metrics import latency_summary
+from simulator.runner import ROUTING_KEYS, SimSetup
+from simulator.workloads import SimWorkload, TenantMix, generated
 from router.base import ReplicaLoad, RouteRequest
 from tests.unit.test_sim_cluster import LINEAR, mk
 

@@ -11,15 +11,14 @@ from hypothesis import strategies as st
 
 from kvserve.config import KVServeConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.cluster import Cluster
-from kvserve.sim.engine import EngineSettings
-from kvserve.sim.oracle import chunked_prefill_ms, infinite_hits, ttft_lower_bounds_ms
-from kvserve.sim.metrics import seconds_per_minute
-from kvserve.sim.runner import (
+from simulator.cluster import Cluster
+from simulator.engine import EngineSettings
+from simulator.oracle import chunked_prefill_ms, infinite_hits, ttft_lower_bounds_ms
+from simulator.metrics import seconds_per_minute
+from simulator.runner import (
     PACKAGED_PROFILE, SimSetup, compare_autoscalers, router_config_for, routing_summary, run_routing,
 )
-from kvserve.sim.workloads import SimWorkload
-from router.cost import config_from_profile
+from simulator.workloads import SimWorkload
 from router.registry import make_policy
 from tests.unit.test_sim_cluster import mk
 
@@ -36,7 +35,7 @@ OFFSET = EngineProfile.from_dict(
 
 def test_router_slopes_come_from_the_profile_unless_explicit() -> None:
     prof = EngineProfile.load(PACKAGED_PROFILE)
-    fitted = config_from_profile(prof)
+    fitted = RouterConfig().fitted_to(prof)
     cfg = router_config_for(KVServeConfig(), prof, explicit=set())
     assert cfg.router.prefill_ms_per_token == fitted.prefill_ms_per_token
     assert cfg.router.decode_ms_per_seq == fitted.decode_ms_per_seq
@@ -105,7 +104,7 @@ def test_seconds_per_minute_splits_the_spans_and_loses_none(spans, end) -> None:
 
 
 def test_autoscaler_per_minute_rows_add_up_to_the_summary() -> None:
-    from kvserve.sim.workloads import TenantMix, generated
+    from simulator.workloads import TenantMix, generated
 
     prof = EngineProfile.from_dict(json.loads(PACKAGED_PROFILE.read_text()))
     wl = generated("step", TenantMix(4, "uniform", 64, 16, 8), prof.block_size, rate=6.0, phase_s=50.0, seed=0)

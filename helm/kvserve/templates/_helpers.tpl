@@ -39,7 +39,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 The kvserve config as served: .Values.kvserve with the mounted key Secret wired into
-tenants.keys_file when no key source is set (mirrors kvserve.helm_values.effective_kvserve),
+tenants.keys_file when no key source is set (mirrors cluster.helm_values.effective_kvserve),
 plus the checks the JSON schema cannot express, failing with the field name (the key rules
 are kvserve.config.serving_problem's, which the app applies again when it starts).
 */}}
@@ -75,7 +75,7 @@ are kvserve.config.serving_problem's, which the app applies again when it starts
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* Ray Serve config (serveConfigV2): the same shape as kvserve.serve_config.build_serve_config. */}}
+{{/* Ray Serve config (serveConfigV2): the same shape as cluster.serve_config.build_serve_config. */}}
 {{- define "kvserve.serveConfig" -}}
 {{- $cfg := include "kvserve.config" . | fromYaml -}}
 {{- $http := dict "host" (dig "server" "host" "0.0.0.0" .Values.kvserve) "port" (include "kvserve.httpPort" . | int) "request_timeout_s" (dig "server" "request_timeout_s" 600.0 .Values.kvserve) -}}
@@ -83,7 +83,7 @@ are kvserve.config.serving_problem's, which the app applies again when it starts
 {{- if dig "autoscaling" "enabled" false $cfg -}}
 {{- $_ := set $app "args" (dict "config" $cfg) -}}
 {{- else -}}
-{{/* A fixed count goes in per-deployment overrides, not the args, so resizing restarts no engine (mirrors kvserve.serve_config.size_overrides). */}}
+{{/* A fixed count goes in per-deployment overrides, not the args, so resizing restarts no engine (mirrors cluster.serve_config.size_overrides). */}}
 {{- $n := int (dig "num_replicas" 2 $cfg) -}}
 {{- $mo := int (dig "server" "max_ongoing_requests" 64 $cfg) -}}
 {{- $mq := int (dig "server" "max_queued_requests" 256 $cfg) -}}
@@ -99,7 +99,7 @@ are kvserve.config.serving_problem's, which the app applies again when it starts
 {{- end -}}
 
 {{/*
-Worker pods for the replica range (mirrors kvserve.helm_values.worker_bounds):
+Worker pods for the replica range (mirrors cluster.helm_values.worker_bounds):
 replicas per worker = gpus / tensor_parallel_size on GPU (fails if a replica cannot fit), 1 on CPU;
 a fixed count when autoscaling is off.
 */}}

@@ -4,8 +4,8 @@ The chart's `kvserve:` section *is* a KVServeConfig; the other sections (image, 
 worker, ingress, ...) are chart-only and modelled here, so one pydantic model
 validates a whole values file and produces the JSON schema Helm enforces.
 
-    python -m kvserve.helm_values schema > helm/kvserve/values.schema.json
-    python -m kvserve.helm_values check my-values.yaml      # validate like `helm install` would
+    python -m cluster.helm_values schema > helm/kvserve/values.schema.json
+    python -m cluster.helm_values check my-values.yaml      # validate like `helm install` would
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def _main(argv: list[str]) -> int:
         docs = render_chart(load_values(*argv[1:]))
         sys.stdout.write(yaml.safe_dump_all([d for objs in docs.values() for d in objs], sort_keys=False))
         return 0
-    print("usage: python -m kvserve.helm_values schema | check [values.yaml ...] | render [values.yaml ...]", file=sys.stderr)
+    print("usage: python -m cluster.helm_values schema | check [values.yaml ...] | render [values.yaml ...]", file=sys.stderr)
     return 2
 
 

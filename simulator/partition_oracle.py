@@ -28,9 +28,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvserve.sim.cluster import Cluster, RunResult
-from kvserve.sim.engine import SimRequest
-from kvserve.sim.metrics import latency_summary
+from simulator.cluster import Cluster, RunResult
+from simulator.engine import SimRequest
+from simulator.metrics import latency_summary
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 
 

@@ -13,19 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kvserve.profiles
+from autoscaling.registry import make_autoscaler
 from kvserve.config import KVServeConfig
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.cluster import Cluster, RunResult, ScalingSetup
-from kvserve.sim.engine import EngineSettings
-from kvserve.sim.metrics import (
+from router.registry import make_policy
+from simulator.cluster import Cluster, RunResult, ScalingSetup
+from simulator.engine import EngineSettings
+from simulator.metrics import (
     MINUTE_S, latency_summary, percentile, prefix_hit_rate, scale_up_window, share_max_over_mean, slo_attainment,
 )
-from kvserve.sim.oracle import (
+from simulator.oracle import (
     infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok, ttft_lower_bounds_ms,
 )
-from kvserve.sim.workloads import SimWorkload
-from router.cost import config_from_profile
-from router.registry import make_policy
+from simulator.partition_oracle import best_static_partition
+from simulator.workloads import SimWorkload
 
 ROUTING_KEYS = (
     "ttft_p50_ms", "ttft_p90_ms", "prefix_hit_rate", "oracle_hit_rate",
@@ -33,7 +35,7 @@ ROUTING_KEYS = (
 )
 AUTOSCALING_KEYS = ("slo_attainment", "replica_seconds", "oracle_replica_seconds", "failed_requests")
 
-PACKAGED_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "h200-vllm0.24-llama8b-profile.json"
+PACKAGED_PROFILE = Path(kvserve.profiles.__file__).resolve().parent / "h200-vllm0.24-llama8b-profile.json"
 TRACE_CACHE_FILL = 0.7  # a trace's distinct blocks fill this fraction of the cluster's KV cache by default
 
 Progress = Callable[[str, int, int], None]
@@ -56,10 +58,10 @@ def router_config_for(cfg: KVServeConfig, profile: EngineProfile, explicit: set[
     """The router's cost slopes come from the profile the engines are simulated with, unless set explicitly.
 
     Both slopes (prefill ms/token, decode ms per running sequence) come from
-    `router.cost.config_from_profile`, so the router's cost model and the
+    `RouterConfig.fitted_to`, so the router's cost model and the
     simulated engines agree on what a token and a running sequence cost.
     """
-    fitted = config_from_profile(profile, cfg.router)
+    fitted = cfg.router.fitted_to(profile)
     update = {k: getattr(fitted, k) for k in ("prefill_ms_per_token", "decode_ms_per_seq") if k not in explicit}
     if not update:
         return cfg
@@ -79,7 +81,7 @@ class SimSetup:
 
 
 def run_routing(setup: SimSetup, policy_name: str, progress: Progress | None = None, replicas: int | None = None) -> RunResult:
-    policy = make_policy(policy_name, setup.cfg.router, setup.seed)
+    policy = make_policy(policy_name, setup.cfg.router.params(), setup.seed)
     cb = (lambda d, t: progress(policy_name, d, t)) if progress else None
     cluster = Cluster(
         setup.workload, setup.profile, setup.engine, policy,
@@ -140,8 +142,6 @@ def add_partition_oracle(
     setup: SimSetup, out: dict[str, Any], results: dict[str, RunResult], candidates: int, max_share: float
 ) -> None:
     """Adds the `partition_oracle` row (`sim.partition_oracle`: best static tenant split, in hindsight) to `out`."""
-    from kvserve.sim.partition_oracle import best_static_partition
-
     t0 = time.perf_counter()
     split, res = best_static_partition(setup, candidates, max_share)
     row = routing_summary(res, setup, hit_bounds(setup))
@@ -168,15 +168,14 @@ def _split(summary: dict[str, dict[str, Any]], keys: tuple[str, ...], section: s
 
 
 def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Progress | None = None) -> RunResult:
-    from autoscaling.registry import make_autoscaler
-
     sc = ScalingSetup(
-        make_autoscaler(name, setup.cfg.autoscaling, setup.cfg.slo, setup.profile, setup.engine.max_num_seqs),
+        make_autoscaler(name, setup.cfg.autoscaling.params(), setup.cfg.slo.params(), setup.profile,
+                        setup.engine.max_num_seqs),
         setup.cfg.autoscaling,
         setup.engine_start_s,
         setup.decision_interval_s,
     )
-    policy = make_policy(routing_policy, setup.cfg.router, setup.seed)
+    policy = make_policy(routing_policy, setup.cfg.router.params(), setup.seed)
     cb = (lambda d, t: progress(name, d, t)) if progress else None
     cluster = Cluster(
         setup.workload, setup.profile, setup.engine, policy,

@@ -1,7 +1,7 @@
 """Simulator workloads: seeded request lists with arrival times and chained block hashes.
 
 `multi-tenant` draws tenants and Poisson arrivals from the same seeded streams as
-`kvserve bench` (bench.arrivals), so a seeded live run and its simulation see the
+`kvserve bench` (kvserve.arrivals), so a seeded live run and its simulation see the
 same tenant sequence and arrival times. Token content is synthetic: only the
 prefix structure (shared system prompt, unique question) matters to the cache.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.arrivals import parse_skew, popularity_weights
-from kvserve.sim.engine import SimRequest, blocks_for
+from kvserve.arrivals import parse_skew, popularity_weights
+from simulator.engine import SimRequest, blocks_for
 from router.block_hash import chain_hashes, chain_ids
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -104,7 +104,7 @@ def poisson_times(rate_fn: Callable[[float], float], max_rate: float, duration_s
 
 
 def bench_poisson(rate: float, n: int, seed: int) -> list[float]:
-    """The exact stream `kvserve bench --rate` draws (bench.arrivals.poisson_arrivals)."""
+    """The exact stream `kvserve bench --rate` draws (kvserve.arrivals.poisson_arrivals)."""
     rng = random.Random(f"{seed}:arrivals")
     t, out = 0.0, []
     for _ in range(n):

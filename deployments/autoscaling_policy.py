@@ -1,4 +1,4 @@
-"""Ray Serve side of the autoscaler (the only module here that imports Ray).
+"""Ray Serve side of the autoscaler: runs a pure autoscaling policy (autoscaling.registry) in Serve.
 
 Ray 2.60 accepts a custom policy as `autoscaling_config["policy"] =
 {"policy_function": "module:attr", "policy_kwargs": {...}}`. When `attr` is a
@@ -30,8 +30,9 @@ from autoscaling.registry import make_autoscaler
 from autoscaling.window import STAT_PREFIX, metrics_from_stats, metrics_push_interval_s
 from kvserve.config import AutoscalingConfig, KVServeConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
+from kvserve.policy_registry import KVSERVE_AUTOSCALING_POLICY
 
-POLICY_IMPORT_PATH = "autoscaling.serve_adapter:SLOAutoscalingPolicy"
+POLICY_IMPORT_PATH = KVSERVE_AUTOSCALING_POLICY  # this module's SLOAutoscalingPolicy
 PROFILE_KEYS = ("block_size", "kv_cache_tokens", "prefill", "decode")
 STATE_KEY = "kvserve"  # our sub-dict of Serve's policy_state (Serve keeps its own "__decision_*" keys)
 logger = logging.getLogger("ray.serve")
@@ -76,7 +77,7 @@ def scaling_input_from_context(ctx: AutoscalingContext) -> ScalingInput:
     queued = ctx.total_queued_requests
     return ScalingInput(
         now=ctx.current_time if ctx.current_time is not None else time.time(),
-        current_replicas=int(ctx.target_num_replicas),
+        target_replicas=int(ctx.target_num_replicas),
         running_replicas=int(ctx.current_num_replicas),
         metrics=metrics,
         total_ongoing=float(total) if total is not None and math.isfinite(total) else 0.0,
@@ -100,7 +101,7 @@ class SLOAutoscalingPolicy:
         self.cfg = AutoscalingConfig.model_validate(dict(autoscaling or {}))
         self.slo = SLOConfig.model_validate(dict(slo or {}))
         engine_profile = EngineProfile.from_dict(dict(profile), source="policy_kwargs") if profile else None
-        self.policy = make_autoscaler(policy, self.cfg, self.slo, engine_profile, max_batch)
+        self.policy = make_autoscaler(policy, self.cfg.params(), self.slo.params(), engine_profile, max_batch)
         self.last_reason = ""
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
@@ -108,10 +109,10 @@ class SLOAutoscalingPolicy:
         inp = scaling_input_from_context(ctx)
         decision = self.policy.decide(inp)
         self.last_reason = decision.reason
-        if decision.replicas != inp.current_replicas:
+        if decision.replicas != inp.target_replicas:
             # Serve logs that it scaled; operators also need to know why.
             logger.info("kvserve autoscaler (%s): %d -> %d replicas: %s",
-                        self.policy.name, inp.current_replicas, decision.replicas, decision.reason)
+                        self.policy.name, inp.target_replicas, decision.replicas, decision.reason)
         return decision.replicas, {STATE_KEY: self.policy.get_state()}
 
 

@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvserve.config import load_config
+from kvserve.perf_model import EngineProfile
+from router.registry import policy_names
 
 DEFAULT_SIM_MAX_REPLICAS = 8
 
@@ -26,8 +33,6 @@ def _fmt(v: Any) -> str:
 
 
 def _table(title: str, rows: dict[str, dict[str, Any]], cols: list[str]):  # type: ignore[no-untyped-def]
-    from rich.table import Table
-
     t = Table(title=title)
     t.add_column("name")
     for c in cols:
@@ -39,8 +44,6 @@ def _table(title: str, rows: dict[str, dict[str, Any]], cols: list[str]):  # typ
 
 def _minute_table(details: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]
     """Minute | oracle | per autoscaler: mean replicas, with a cross where the SLO was missed."""
-    from rich.table import Table
-
     names = list(details)
     longest = max((details[n]["per_minute"] for n in names), key=len, default=[])
     t = Table(title="replicas per minute (mean; x = SLO missed)")
@@ -97,20 +100,13 @@ def sim(
     per_minute: bool = typer.Option(False, "--per-minute", help="Autoscaling mode: also print each minute's mean replicas per autoscaler against the oracle's, and which minutes missed the SLO (always in the JSON, under details.NAME.per_minute)."),
 ) -> None:
     """Simulate a cluster of replicas with the production routing/autoscaling policy code."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from kvserve.config import load_config
-    from kvserve.perf_model import EngineProfile
-    from kvserve.sim import plots
-    from kvserve.sim.engine import EngineSettings
-    from kvserve.sim.runner import (
+    from simulator import plots
+    from simulator.engine import EngineSettings
+    from simulator.runner import (
         PACKAGED_PROFILE, TRACE_CACHE_FILL, SimSetup, add_partition_oracle, compare_autoscalers, compare_policies,
         default_kv_blocks, router_config_for,
     )
-    from kvserve.sim.workloads import TenantMix, generated, load_trace
-    from router.registry import policy_names
-
+    from simulator.workloads import TenantMix, generated, load_trace
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the comparison table's columns whole
@@ -214,7 +210,7 @@ def sim(
         console.print(f"wrote {json_out}")
     if requests_jsonl is not None:
         from bench.report import write_jsonl
-        from kvserve.sim.metrics import request_rows
+        from simulator.metrics import request_rows
 
         write_jsonl(requests_jsonl, (row for name, res in results.items() for row in request_rows(name, res.requests)))
         console.print(f"wrote {requests_jsonl}")

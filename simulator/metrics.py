@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvserve.config import SLOConfig
-from kvserve.sim.engine import SimRequest
+from simulator.engine import SimRequest
 
 MINUTE_S = 60.0
 UNSERVED_TTFT_MS = 1e12  # a request never served (a 503) in per-minute SLO checks: a miss

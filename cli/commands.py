@@ -9,13 +9,16 @@ import sys
 import threading
 from pathlib import Path
 from typing import Optional
+from urllib.parse import urlsplit
 
 import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
 
+from deployments.auth import hash_key as _hash
 from kvserve.config import ConfigError, KVServeConfig, load_config, redacted, require_servable
+from kvserve.model import EMBEDDED_MODELS, embedded_model_dir, is_prepared, prepare_model
 
 console = Console(stderr=True)
 model_app = typer.Typer(no_args_is_help=True, help="Prepare and inspect models.")
@@ -57,8 +60,6 @@ def _cli_overrides(dev: bool, host: Optional[str], port: Optional[int], replicas
 
 
 def _ensure_model(cfg: KVServeConfig) -> None:
-    from kvserve.model import EMBEDDED_MODELS, is_prepared
-
     if cfg.model.source in EMBEDDED_MODELS and not is_prepared(cfg.model.source):
         prepare(cfg.model.source, force=False)
 
@@ -158,8 +159,6 @@ def status_cmd(
 def prepare(name: str = typer.Argument("smollm2-135m-instruct"),
             force: bool = typer.Option(False, help="Rebuild even if prepared.")) -> None:
     """Prepare an embedded model offline (idempotent; cached under the user cache dir)."""
-    from kvserve.model import EMBEDDED_MODELS, embedded_model_dir, is_prepared, prepare_model
-
     if name not in EMBEDDED_MODELS:
         console.print(f"{name!r} is not embedded; vLLM will load it as a Hugging Face id or local path.")
         return
@@ -177,7 +176,7 @@ def show(config: Optional[Path] = ConfigOpt,
                                                 "long-document or edge: print the effective vLLM arguments and why.")) -> None:
     """Print the effective config (defaults < file < env), secrets masked."""
     if isinstance(scenario, str):  # (a direct call passes typer's OptionInfo default)
-        from kvserve.scenario_report import print_report
+        from cli.scenario_report import print_report
 
         raise typer.Exit(print_report(config, scenario, fmt))
     data = redacted(_load(config))
@@ -186,8 +185,6 @@ def show(config: Optional[Path] = ConfigOpt,
 
 def hash_key(key: str = typer.Argument(None, help="API key; read from stdin if omitted.")) -> None:
     """Print the sha256 of an API key for `tenants.keys[].key_sha256`."""
-    from deployments.auth import hash_key as _hash
-
     print(_hash(key if key is not None else sys.stdin.readline().strip()))
 
 
@@ -201,7 +198,7 @@ def profile_cmd(
     reps: int = typer.Option(3, help="Repetitions per prefill point (median)."),
 ) -> None:
     """Measure one live engine (prefill, decode, KV capacity) and write a profile JSON."""
-    from kvserve.profile import run_profile
+    from bench.engine_profile import run_profile
 
     cfg = _load(config)
     _ensure_model(cfg)
@@ -221,7 +218,7 @@ def dashboard_export(
         "source checkout, else stdout."),
 ) -> None:
     """Write the Grafana dashboard JSON (SLO lines from the config's `slo`)."""
-    from kvserve.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
+    from cluster.dashboard import CHART_DASHBOARD, build_dashboard, dashboard_text
 
     text = dashboard_text(build_dashboard(_load(config).slo))
     if out is None and CHART_DASHBOARD.parent.is_dir():
@@ -241,11 +238,9 @@ def dashboard_push(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Create or overwrite the kvserve dashboard in Grafana through its HTTP API."""
-    from urllib.parse import urlsplit
-
     from grafana_client.client import GrafanaException
 
-    from kvserve.dashboard import build_dashboard, push
+    from cluster.dashboard import build_dashboard, push
 
     parts = urlsplit(url)
     host = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never echo user:pass from the URL

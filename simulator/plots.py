@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kvserve.sim.cluster import RunResult  # noqa: E402
+from simulator.cluster import RunResult  # noqa: E402
 
 
 def ttft_cdf(results: dict[str, RunResult], path: str | Path, title: str = "") -> Path:

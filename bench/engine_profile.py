@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Callable
 from datetime import date
 
+from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
+from deployments.vllm_compat import get, vllm_version
 from kvserve.config import KVServeConfig
 from kvserve.perf_model import fit_cached_token_ms
 
@@ -28,8 +30,6 @@ def _tokens(n: int, seed: int) -> list[int]:
 
 async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = True) -> tuple[float, float, int]:
     """(ttft_s, e2e_s, output_tokens) of one request."""
-    from deployments.vllm_compat import get
-
     params = get("SamplingParams")(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
     start = time.perf_counter()
     ttft = None
@@ -43,9 +43,6 @@ async def _one(engine, prompt: list[int], max_tokens: int, ignore_eos: bool = Tr
 
 async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[float], batches: list[int],
                    contexts: list[int], reps: int, say: Callable[[str], None]) -> dict:
-    from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
-    from deployments.vllm_compat import get
-
     AsyncEngineArgs, AsyncLLM = get("AsyncEngineArgs"), get("AsyncLLM")
 
     apply_engine_env(cfg, claim_cores=True)
@@ -104,8 +101,6 @@ async def _profile(cfg: KVServeConfig, prompt_sizes: list[int], fractions: list[
 
 
 def _vllm_version() -> str:
-    from deployments.vllm_compat import vllm_version
-
     return f"vllm {vllm_version()}"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvserve.config import SLOConfig
-from kvserve.helm_values import CHART_DIR
+from cluster.helm_values import CHART_DIR
 
 CHART_DASHBOARD = CHART_DIR / "dashboards" / "kvserve.json"
 UID = "kvserve"

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 
 from kvserve.config import SLOConfig
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.engine import SimRequest
-from kvserve.sim.metrics import MINUTE_S, minute_buckets, minute_ok
+from simulator.engine import SimRequest
+from simulator.metrics import MINUTE_S, minute_buckets, minute_ok
 
 
 def infinite_hit_rate(requests: Sequence[SimRequest]) -> float:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -10,6 +12,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kvserve.config import KVServeConfig, ModelConfig, SLOConfig, load_config
 
 console = Console()
 
@@ -22,8 +26,6 @@ class WorkloadKind(str, Enum):
 def _cluster_config(url: str, headers: dict, config_file: Optional[Path], need_full: bool):
     """(model section, SLO section, full KVServeConfig or None, replicas expected or None): from --config,
     else the server's /kvserve/config. Expected replicas: the configured count (None when autoscaled)."""
-    from kvserve.config import KVServeConfig, ModelConfig, SLOConfig, load_config
-
     from bench.server_stats import fetch_config_sync
 
     if config_file is not None:
@@ -97,11 +99,7 @@ def bench(
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
     if ctx.invoked_subcommand:
         return  # `kvserve bench micro`: the subcommand runs alone
-    import logging
-
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would bury the table
-    import asyncio
-
     import httpx
 
     from bench.client import auth_headers, is_loopback_url
@@ -244,7 +242,7 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
-    from bench.overhead_cli import overhead
+    from cli.bench_overhead import overhead
 
     from bench.router_micro import main as micro
 

@@ -32,7 +32,7 @@ log = logging.getLogger("kvserve.router")
 class KVServeRequestRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def initialize_state(self, policy: str = "kvserve", router_config: dict | None = None, seed: int = 0) -> None:
         self.cfg = RouterConfig.model_validate(router_config or {})
-        self.policy = make_policy(policy, self.cfg, seed)
+        self.policy = make_policy(policy, self.cfg.params(), seed)
         self._stats_ts: dict[str, float] = {}
         self._stats_version: dict[str, int] = {}
         self.bookings = Bookings(self.policy)  # charges each decision at once (see router.bookings)

@@ -4,9 +4,9 @@ as the live cluster (router.registry, autoscaling.registry), timed by a measured
 
 from __future__ import annotations
 
-from kvserve.sim.cluster import Cluster, RunResult, ScalingSetup
-from kvserve.sim.engine import EngineSettings, KVCache, Replica, SimRequest
-from kvserve.sim.workloads import SimWorkload, TenantMix, generated, load_trace
+from simulator.cluster import Cluster, RunResult, ScalingSetup
+from simulator.engine import EngineSettings, KVCache, Replica, SimRequest
+from simulator.workloads import SimWorkload, TenantMix, generated, load_trace
 
 __all__ = [
     "Cluster", "EngineSettings", "KVCache", "Replica", "RunResult", "ScalingSetup",

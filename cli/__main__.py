@@ -1,0 +1,5 @@
+"""`python -m cli` runs the `kvserve` command."""
+
+from cli.app import app
+
+app()
