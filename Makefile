@@ -196,8 +196,8 @@ bench-soak: install
 	$(KV) bench --url $(URL) $(MIX) --rate $(RATE) --duration $(DURATION) --seed $(SEED) --json $(WORK)/soak.json
 	$(COLLECT) $(RESULTS)/soak-cpu.json soak=$(WORK)/soak.json
 
-# GPU tables (router A/B at GPU scale, overhead vs bare vLLM; issue 29): they run on a GPU machine,
-# and no runner for them is in this repository yet.
+# GPU tables (router A/B at GPU scale, overhead vs bare vLLM; issue 29): they run on a GPU machine
+# with the offline kit, through bench/gpu_tables.sh; this target says how.
 bench-gpu:
 	@echo "bench-gpu runs on a GPU machine, not here. There, with the offline kit installed (../shared/gpu/README.md):"
 	@echo "  bash bench/gpu_tables.sh overhead OUT    # -> OUT/gpu-overhead.json  (docs/results/gpu-overhead.json)"
