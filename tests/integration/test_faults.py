@@ -75,17 +75,18 @@ def test_killing_an_engine_under_load_loses_no_request_and_its_replacement_rejoi
     _wait(lambda: _ready(cluster), 600, "cluster ready")
     before = serve_processes(app).replicas
     assert len(before) == 2
-    # Load: long streams on both replicas (within what one replica can queue: the test cluster
-    # takes 4 + 4 per replica), so some are mid-stream and some not started at the kill.
+    # Load: long streams on both replicas, so some are mid-stream and some not started at the kill;
+    # 4 in all, what the survivor alone runs at once (the test cluster's max_ongoing_requests), so a
+    # re-sent request is never shed as overload.
     with ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(_stream, cluster, f"{SYSTEM} Story {i}:", 100) for i in range(6)]
+        futures = [pool.submit(_stream, cluster, f"{SYSTEM} Story {i}:", 100) for i in range(3)]
         victim = _wait(lambda: next((s["replica_id"] for s in cluster.stats()
                                      if s["replica_id"] in before and s.get("running", 0) > 0), None),
                        120, "a replica running requests", poll_s=0.2)
         os.kill(engine_core(before[victim]).pid, signal.SIGKILL)
         killed_at = time.time()
         # More requests after the kill: the router must not send them to the dead engine for good.
-        futures += [pool.submit(_stream, cluster, f"{SYSTEM} Poem {i}:", 8) for i in range(2)]
+        futures += [pool.submit(_stream, cluster, f"{SYSTEM} Poem {i}:", 8) for i in range(1)]
         results = [f.result() for f in futures]
 
     lost = [r for r in results if r["chunks"] == 0 and not r["done"]]
@@ -97,8 +98,8 @@ def test_killing_an_engine_under_load_loses_no_request_and_its_replacement_rejoi
     assert any(r["done"] for r in results)
 
     # Keep routing until the dead replica is out of the choice: dropped by the router (its stats say
-    # engine_dead) or removed by Serve (its health check failed) -- whichever comes first. Either
-    # way, every request meanwhile is answered.
+    # engine_dead, or stopped coming) or removed by Serve (its health check failed) -- whichever
+    # comes first. Either way, every request meanwhile is answered.
     def out_of_choice():  # type: ignore[no-untyped-def]
         _complete(cluster, f"Trickle {time.monotonic()}: {SYSTEM[:200]}")  # asserts a 200
         drops = httpx.get(cluster.url + "/kvserve/stats", timeout=30).json()["router_drops"]
@@ -107,7 +108,7 @@ def test_killing_an_engine_under_load_loses_no_request_and_its_replacement_rejoi
         return {"reason": "removed by Serve"} if victim not in serve_processes(app).replicas else None
 
     drop = _wait(out_of_choice, 120, "the dead replica out of the router's choice", poll_s=0.2)
-    assert drop["reason"] in ("engine_dead", "removed by Serve"), drop
+    assert drop["reason"] in ("engine_dead", "silent", "removed by Serve"), drop
     assert drop.get("at", killed_at) >= killed_at - 1
 
     # Serve replaces the replica (its health check fails); the replacement serves and is routed to
