@@ -1,4 +1,4 @@
-"""`kvserve bench --sweep ...`: the sweep runs behind the bench command (bench/cli.py hands over)."""
+"""`kvserve bench --sweep ...`: the sweep runs behind the bench command (cli/bench.py hands over)."""
 
 from __future__ import annotations
 
