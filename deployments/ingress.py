@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError
 from ray.util.state import list_actors
 from starlette.datastructures import State
@@ -232,8 +233,6 @@ class Ingress(BatchRoutes):
         that produced nothing yet on a replica that lost its engine (RETRY) or died (Ray's actor
         errors) is re-sent elsewhere, up to `server.replica_retries` times: it never started, so the
         client cannot see it twice."""
-        from ray.exceptions import RayActorError
-
         retries = self.cfg.server.replica_retries
         while True:
             # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
@@ -272,8 +271,6 @@ class Ingress(BatchRoutes):
 
     async def _dispatch(self, kind: str, work: ChatWork | CompletionWork, start: float, interactive: bool = True):
         """`interactive`: an HTTP request, which batch lines yield to (deployments.batch_worker.PriorityGate)."""
-        from ray.serve.exceptions import BackPressureError
-
         tenant = work.tenant
         gate = getattr(self, "batch_gate", None) if interactive else None
         token, streamed = (gate.interactive_started() if gate else 0), False
