@@ -302,8 +302,34 @@ class AutoscalingConfig(_Section):
         return self
 
 
+class TenantClass(_Section):
+    """What a class of tenants may use and is promised. Every limit is per tenant of the class; None: no limit."""
+
+    priority: int = Field(
+        0, description="Higher goes first when replicas are saturated (lower classes still get a bounded share, "
+        "so they never starve)."
+    )
+    weight: float = Field(
+        1.0, gt=0, description="Fair-share weight within the priority: a tenant of weight 2 gets twice the "
+        "cluster work (uncached prefill + decode tokens) of a tenant of weight 1 while both are backlogged."
+    )
+    requests_per_min: int | None = Field(None, gt=0, description="Requests a minute, per tenant (429 beyond).")
+    tokens_per_min: int | None = Field(
+        None, gt=0, description="Prompt + completion tokens a minute, per tenant, counted as OpenAI does (429 beyond)."
+    )
+    max_concurrent: int | None = Field(None, gt=0, description="Requests in flight at once, per tenant (429 beyond).")
+    ttft_p90_ms: float | None = Field(
+        None, gt=0, description="This class's TTFT target; None: the cluster's slo.ttft_p90_ms. The autoscaler "
+        "plans for the tightest target among classes with traffic."
+    )
+    itl_p90_ms: float | None = Field(None, gt=0, description="This class's inter-token target; None: slo.itl_p90_ms.")
+
+
 class TenantKey(_Section):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
     tenant: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    tenant_class: str = Field("default", alias="class", description="A name in tenants.classes.")
     key_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="sha256 hex of the API key.")
     key_env: str | None = Field(None, description="Read the key from this environment variable.")
     key_file: str | None = Field(None, description="Read the key from this file (e.g. a mounted Secret).")
@@ -347,8 +373,23 @@ class TenantsConfig(_Section):
         "or tenants that share long preambles."
     )
     keys_file: str | None = Field(
-        None, description="YAML/JSON list of {tenant, key_sha256} entries (e.g. a mounted Secret)."
+        None, description="YAML/JSON list of {tenant, key_sha256, class} entries (e.g. a mounted Secret)."
     )
+    classes: dict[str, TenantClass] = Field(
+        default_factory=lambda: {"default": TenantClass()},
+        description="Named tenant classes (limits, priority, fair-share weight, SLO tier); a key names its class, "
+        "open mode's tenant is in `default`. A `default` class is added when absent.",
+    )
+
+    @model_validator(mode="after")
+    def _classes_known(self) -> TenantsConfig:
+        if "default" not in self.classes:
+            self.__dict__["classes"] = {"default": TenantClass(), **self.classes}
+        for i, key in enumerate(self.keys):
+            if key.tenant_class not in self.classes:
+                raise ValueError(f"tenants.keys[{i}] (tenant {key.tenant!r}): unknown class {key.tenant_class!r}; "
+                                 f"known: {sorted(self.classes)}")
+        return self
 
 
 class LoggingConfig(_Section):

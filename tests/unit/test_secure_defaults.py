@@ -193,3 +193,20 @@ def test_ray_up_configs_are_rendered_only_for_servable_configs(tmp_path, capsys)
     f.write_text(yaml.safe_dump({"num_replicas": 3}))
     assert main(["onprem", "--config", str(f)]) == 2
     assert "no API keys" in capsys.readouterr().err
+
+
+def test_tenant_classes_name_the_key_with_an_unknown_class():
+    from kvserve.config import TenantsConfig
+
+    with pytest.raises(ValueError, match=r"tenants.keys\[0\] \(tenant 'a'\): unknown class 'gold'"):
+        TenantsConfig(keys=[{"tenant": "a", "key_sha256": "0" * 64, "class": "gold"}])
+    cfg = TenantsConfig(keys=[{"tenant": "a", "key_sha256": "0" * 64, "class": "gold"}], classes={"gold": {"weight": 2}})
+    assert set(cfg.classes) == {"default", "gold"} and cfg.keys[0].tenant_class == "gold"
+
+
+@pytest.mark.parametrize("field", ["requests_per_min", "tokens_per_min", "max_concurrent", "weight", "ttft_p90_ms"])
+def test_tenant_class_limits_must_be_positive(field):
+    from kvserve.config import TenantClass
+
+    with pytest.raises(ValueError, match=field):
+        TenantClass(**{field: 0})
