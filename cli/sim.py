@@ -144,6 +144,7 @@ def sim(
         max_num_seqs=max_num_seqs or cfg.engine.max_num_seqs,
         max_batched_tokens=max_batched_tokens or cfg.engine.max_num_batched_tokens,
         long_prefill_tokens=cfg.engine.long_prefill_token_threshold if long_prefill_tokens is None else long_prefill_tokens,
+        engines_per_device=cfg.engine.engines_per_device,
     )
     start_s = engine_start_s if engine_start_s is not None else float(prof_raw.get("engine_start_s", 30.0))
     setup = SimSetup(wl, prof, engine, cfg, replicas, seed, start_s, decision_interval_s)
@@ -156,6 +157,7 @@ def sim(
         "max_num_seqs": engine.max_num_seqs,
         "max_batched_tokens": engine.max_batched_tokens,
         "long_prefill_tokens": engine.long_prefill_tokens,
+        "engines_per_device": engine.engines_per_device,
         "slo": cfg.slo.model_dump(),
         "seed": seed,
     }

@@ -155,6 +155,11 @@ class EngineConfig(_Section):
         """The fraction of each of its GPUs one replica may use (1 for whole GPUs)."""
         return min(self.gpus_per_replica / self.tensor_parallel_size, 1.0)
 
+    @property
+    def engines_per_device(self) -> int:
+        """How many replicas share one GPU (Ray packs fractional GPUs); 1 on CPU, where each has its own cores."""
+        return max(1, int(1.0 / self.gpu_share + 1e-9)) if self.device == "gpu" else 1
+
 
 class RouterConfig(_Section):
     policy: LiveRouter = "kvserve"

@@ -25,7 +25,7 @@ from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPoli
 from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
-from simulator.engine import DRAINING, GONE, SERVING, STARTING, EngineSettings, Replica, SimRequest
+from simulator.engine import DRAINING, GONE, SERVING, STARTING, Device, EngineSettings, Replica, SimRequest
 from simulator.metrics import ItlLog, TrailingPeak, percentile, seconds_per_minute
 from simulator.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
@@ -139,10 +139,20 @@ class Cluster:
         if self.trace:
             self.events.append((t, kind, req.idx, rid))
 
+    def _device_with_room(self) -> Device:
+        """The fullest device with a free slot, else a new one: replicas pack onto devices like Serve's
+        fractional GPU placement does."""
+        members: dict[int, list[Replica]] = {}
+        for r in self.replicas.values():
+            if r.state != GONE:
+                members.setdefault(id(r.device), []).append(r)
+        room = [m for m in members.values() if len(m) < self.engine.engines_per_device]
+        return max(room, key=len)[0].device if room else Device()
+
     def _new_replica(self, now: float, ready: bool) -> Replica:
         rid = f"r{self._n_created:04d}"
         self._n_created += 1
-        rep = Replica(rid, self.profile, self.engine, now)
+        rep = Replica(rid, self.profile, self.engine, now, self._device_with_room())
         self.replicas[rid] = rep
         self.snap[rid] = (0, 0, 0, 0.0)
         if ready:

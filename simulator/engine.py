@@ -161,6 +161,17 @@ class EngineSettings:
     # vLLM's long_prefill_token_threshold: per-request prefill tokens per step while more than
     # one request is running or waiting (0 = off).
     long_prefill_tokens: int = 0
+    # Replicas that share one device (1 / engine.gpus_per_replica). A profile is measured with one engine
+    # busy on its device; engines that share it take turns on its compute and memory bandwidth.
+    engines_per_device: int = 1
+
+
+class Device:
+    """One accelerator that several replicas share: a step that starts while n of its engines are
+    busy (itself included) takes n times the profile's time (processor sharing, fixed at the step's start)."""
+
+    def __init__(self) -> None:
+        self.busy = 0
 
 
 STARTING, SERVING, DRAINING, GONE = "starting", "serving", "draining", "gone"
@@ -169,8 +180,11 @@ STARTING, SERVING, DRAINING, GONE = "starting", "serving", "draining", "gone"
 class Replica:
     """Engine state and step scheduling of one replica; the cluster drives its clock."""
 
-    def __init__(self, rid: str, profile: EngineProfile, settings: EngineSettings, created: float) -> None:
+    def __init__(
+        self, rid: str, profile: EngineProfile, settings: EngineSettings, created: float, device: Device | None = None
+    ) -> None:
         self.rid = rid
+        self.device = device or Device()
         self.profile = profile
         self.s = settings
         self.kv = KVCache(settings.kv_blocks)
@@ -258,12 +272,18 @@ class Replica:
         k = 1
         if not chunks:  # decode only: jump to the next completion (cut short by arrivals)
             k = max(1, self.decoding[0][0] - self.step_no)
-        self.busy = True
+        self._set_busy(True)
+        step_ms *= self.device.busy
         self.version += 1
         self.seg_start, self.seg_step_s, self.seg_k = now, step_ms / 1000.0, k
         self.seg_decoders, self.seg_chunks = n_dec, chunks
         self.stats_dirty = True
         return now + k * self.seg_step_s
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.device.busy += 1 if busy else -1
+        self.busy = busy
 
     def cut_segment(self, now: float) -> float | None:
         """A request arrived during a multi-step decode stretch: end it at the step boundary after `now`."""
@@ -279,7 +299,7 @@ class Replica:
 
     def end_step(self, now: float) -> tuple[list[SimRequest], list[SimRequest], float, int]:
         """Apply the finished step: (first-token requests, finished requests, step_ms, decode tokens)."""
-        self.busy = False
+        self._set_busy(False)
         k = self.seg_k
         self.step_no += k
         bs = self.s.block_size
@@ -327,7 +347,7 @@ class Replica:
         self.waiting.clear()
         self.prefilling.clear()
         self.decoding.clear()
-        self.busy = False
+        self._set_busy(False)
         self.version += 1
         self.ongoing = 0
         return lost

@@ -135,3 +135,11 @@ def test_kv_budget_either_meets_the_minimum_or_refuses(device, share, weights, m
     except ShareTooSmall:
         return
     assert budget.kv_bytes >= max(min_kv, 1)
+
+
+@pytest.mark.parametrize(("device", "gpus", "tp", "expected"), [("gpu", 0.25, 1, 4), ("gpu", 0.3, 1, 3), ("gpu", 0.5, 1, 2),
+                                                             ("gpu", 0, 2, 1), ("gpu", 1, 1, 1), ("cpu", 0, 1, 1)])
+def test_engines_per_device_is_how_many_replicas_ray_packs_on_a_gpu(device, gpus, tp, expected):
+    from kvserve.config import EngineConfig
+
+    assert EngineConfig(device=device, gpus_per_replica=gpus, tensor_parallel_size=tp).engines_per_device == expected

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from simulator.engine import KVCache, SimRequest
 
 
@@ -104,3 +106,28 @@ def test_long_prefill_cap_does_not_apply_to_a_request_alone() -> None:
     alone = SimRequest(0, 0.0, 800, 1, [], 200)
     _run(rep, [alone])
     assert round(alone.first_token * 1000) == 800  # one step: nobody to let through
+
+
+def _gpu_replicas(n: int, engines_per_device: int):
+    from kvserve.perf_model import EngineProfile
+    from simulator.engine import Device, EngineSettings, Replica
+
+    prof = EngineProfile(16, 10_000, [1.0, 1000.0], [1.0, 100.0], {512: ([1.0, 64.0], [10.0, 10.0])})
+    settings = EngineSettings(16, 100, 8, 2048, engines_per_device=engines_per_device)
+    device = Device()
+    return [Replica(f"r{i}", prof, settings, 0.0, device) for i in range(n)]
+
+
+def test_engines_sharing_a_device_take_turns() -> None:
+    """The profile is one engine alone on its device; two busy at once each step at half speed."""
+    a, b = _gpu_replicas(2, 2)
+    for i, rep in enumerate((a, b)):
+        rep.enqueue(SimRequest(i, 0.0, 1000, 4, [], 0))
+    alone = a.plan_step(0.0)
+    shared = b.plan_step(0.0)
+    assert alone is not None and shared is not None and shared == 2 * alone
+    a.end_step(alone)
+    b.end_step(shared)
+    assert a.device.busy == 0
+    # b idle: a's three remaining decode steps run at the profile's 10 ms each
+    assert a.plan_step(1.0) == pytest.approx(1.0 + 3 * 0.010)
