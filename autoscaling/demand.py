@@ -1,7 +1,8 @@
 """Stage 2 of the kvserve policy: demand, in replicas, from the arrival rate and the engine profile.
 
 `CapacityModel` is the queueing model of one replica (`autoscaling.capacity`): prefill time of
-the mean request's uncached tokens plus its decode steps at the batch the ITL target allows,
+the mean request's uncached tokens plus its decode steps at the batch the ITL target allows (at
+the whole prompt's context: a cache hit saves prefill, not KV or decode reads),
 planned to a TTFT-bounded utilization. `Arrivals` says what rate to plan for:
   max(look-back rate, recent rate if it overloads the fleet, ramp forecast) + the routers' queue.
 The recent rate (last few seconds) sees a step at once, but a few seconds of Poisson noise is no
@@ -40,7 +41,7 @@ class CapacityModel:
 
     def __init__(self, profile: EngineProfile, cfg: AutoscalerParams, max_batch: int) -> None:
         self.profile, self.cfg, self.max_batch = profile, cfg, max_batch
-        self._memo: dict[tuple[float, float, float, float], CapacityEstimate] = {}
+        self._memo: dict[tuple[float, float, float, float, float], CapacityEstimate] = {}
 
     def use(self, profile: EngineProfile) -> None:
         """Plan with `profile` from now on (an online fit rebuilt it)."""
@@ -48,13 +49,15 @@ class CapacityModel:
             self.profile, self._memo = profile, {}
 
     def per_replica(self, sig: FleetSignals, slo: SLOTargets) -> CapacityEstimate:
-        key = (_shape(sig.uncached_prompt_tokens), _shape(sig.output_tokens), slo.ttft_p90_ms, slo.itl_p90_ms)
+        uncached = _shape(sig.uncached_prompt_tokens)
+        key = (uncached, _shape(sig.output_tokens), _shape(max(sig.prompt_tokens - uncached, 0.0)), slo.ttft_p90_ms,
+               slo.itl_p90_ms)
         cap = self._memo.get(key)
         if cap is None:
             if len(self._memo) >= 256:
                 self._memo.clear()
             cap = self._memo[key] = per_replica_capacity(self.profile, key[0], key[1], slo.ttft_p90_ms, slo.itl_p90_ms,
-                                                         self.cfg.headroom, self.max_batch)
+                                                         self.cfg.headroom, self.max_batch, cached_tokens=key[2])
         return cap
 
     def replicas(self, sig: FleetSignals, slo: SLOTargets, rate_rps: float) -> int:

@@ -19,6 +19,7 @@ class FleetSignals:
     recent_rate_rps: float  # arrivals/s over the replicas' last few seconds (look-back rate if not reported)
     recent_admitted_rps: float  # requests/s the replicas received over their last few seconds
     uncached_prompt_tokens: float  # rate-weighted mean prompt tokens not served from cache
+    prompt_tokens: float  # rate-weighted mean prompt tokens, cached or not (the decode context)
     output_tokens: float  # rate-weighted mean output tokens
     waiting: int  # requests queued in the engines
     running: int
@@ -46,6 +47,7 @@ def fleet_signals(metrics: Sequence[ReplicaMetrics]) -> FleetSignals:
         recent_rate_rps=sum(max(_recent(m), 0.0) for m in metrics),
         recent_admitted_rps=sum(max(m.recent_admitted_per_s or 0.0, 0.0) for m in metrics),
         uncached_prompt_tokens=_weighted([(m.mean_prompt_tokens * (1.0 - h), m.requests_per_s) for m, h in zip(metrics, hit)]),
+        prompt_tokens=_weighted([(m.mean_prompt_tokens, m.requests_per_s) for m in metrics]),
         output_tokens=_weighted([(m.mean_output_tokens, m.requests_per_s) for m in metrics]),
         waiting=sum(m.waiting for m in metrics),
         running=sum(m.running for m in metrics),

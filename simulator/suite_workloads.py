@@ -40,8 +40,8 @@ class SessionShape:
     max_context: int  # a session ends before its context would pass this
 
 
-CONVERSATION = SessionShape(2048, (400, 0.8), (300, 0.8), (250, 0.6), (2, 10), 20.0, 32_768)
-AGENTIC = SessionShape(6144, (1500, 0.5), (1500, 1.0), (120, 0.5), (4, 16), 3.0, 48_000)
+CONVERSATION = SessionShape(2048, (1500, 0.8), (2000, 0.8), (500, 0.6), (2, 10), 20.0, 32_768)
+AGENTIC = SessionShape(6144, (1500, 0.5), (3000, 1.0), (200, 0.5), (4, 16), 3.0, 48_000)
 
 
 def _lognormal(rng: random.Random, median_sigma: tuple[float, float], cap: int) -> int:
@@ -80,13 +80,13 @@ def sessions(kind: str, shape: SessionShape, rate_fn: Callable[[float], float], 
 
 def heavy_tail(rate_fn: Callable[[float], float], peak: float, duration_s: float, seed: int,
                tenants: int = 16, system_tokens: int = 1024) -> SimWorkload:
-    """Tenants' shared system prompts (uniform pick) + log-normal questions (median 600 tokens,
-    sigma 1.4: p99 ~15x the median, capped at 64k) and outputs (median 150, sigma 1.0)."""
+    """Tenants' shared system prompts (uniform pick) + log-normal questions (median 2,000 tokens,
+    sigma 1.4: p99 ~26x the median, capped at 64k) and outputs (median 150, sigma 1.0)."""
     rng = random.Random(f"{seed}:heavy_tail")
     reqs = []
     for i, t in enumerate(poisson_times(rate_fn, peak, duration_s, seed)):
         tenant = rng.randrange(tenants)
-        prompt = system_tokens + _lognormal(rng, (600, 1.4), 64_000)
+        prompt = system_tokens + _lognormal(rng, (2000, 1.4), 64_000)
         ids = [tenant * 1_000 + k for k in range(system_tokens // BLOCK)]
         ids += [(i + 1) * 1_000_000 + k for k in range(prompt // BLOCK)]
         reqs.append(_request(i, t, prompt, _lognormal(rng, (150, 1.0), 4000), ids, f"tenant-{tenant}"))
