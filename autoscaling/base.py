@@ -60,6 +60,7 @@ class ScalingInput:
 class Decision:
     replicas: int
     reason: str
+    holds: tuple[str, ...] = ()  # names of the guards that held a scale-down at this decision
 
 
 class ScalingPolicy(ABC):

@@ -107,6 +107,7 @@ class SLOAutoscalingPolicy:
         engine_profile = EngineProfile.from_dict(dict(profile), source="policy_kwargs") if profile else None
         self.policy = make_autoscaler(policy, self.cfg.params(), self.slo.params(), engine_profile, max_batch)
         self.last_reason = ""
+        self.last_holds: tuple[str, ...] = ()
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
         self.policy.set_state(dict((ctx.policy_state or {}).get(STATE_KEY, {})))
@@ -117,6 +118,11 @@ class SLOAutoscalingPolicy:
             # Serve logs that it scaled; operators also need to know why.
             logger.info("kvserve autoscaler (%s): %d -> %d replicas: %s",
                         self.policy.name, inp.target_replicas, decision.replicas, decision.reason)
+        elif decision.holds and decision.holds != self.last_holds:
+            # ... and why it did not: once when a guard starts holding a scale-down, not every tick.
+            logger.info("kvserve autoscaler (%s): holding %d replicas (%s): %s", self.policy.name,
+                        inp.target_replicas, ", ".join(decision.holds), decision.reason)
+        self.last_holds = decision.holds
         return decision.replicas, {STATE_KEY: self.policy.get_state()}
 
 

@@ -101,6 +101,7 @@ class SLOAutoscaler(ScalingPolicy):
             holds += [guards.overload_memory(current, self.memory.floor(self.model.busy(sig, slo))),
                       guards.engine_backlog(current, sig.waiting, queued, self.model.replicas(sig, slo, backlog))]
         holds = [h for h in holds if h is not None]
+        planned = desired
         desired = max([desired] + [h.floor for h in holds if not h.keeps_clock])
         if r is not None and r < cfg.hysteresis and current > 0 and sig.rate_rps > IDLE_RPS:
             self.memory.raise_to(self.model.busy(sig, slo) / current)
@@ -116,8 +117,9 @@ class SLOAutoscaler(ScalingPolicy):
         if out > current and corr.replicas >= model_n and corr.replicas > current and sig.rate_rps > IDLE_RPS \
                 and current > 0:
             self.memory.learn(self.model.busy(sig, slo) / current, now)
+        held = [h for h in holds if (h.floor > planned and not h.keeps_clock) or h in clock_holds]
         return Decision(out, self._reason(corr.why, predicted, fit, ramp, queued, model_n, desired, holds, clock_holds,
-                                          out != current or desired == current))
+                                          out != current or desired == current), tuple(h.guard for h in held))
 
     def recent_overloads(self, sig: FleetSignals, slo: SLOTargets, replicas: int) -> bool:
         """Whether the recent rate is more than `replicas` can serve at all (modelled utilization 1).

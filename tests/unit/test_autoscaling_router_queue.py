@@ -152,7 +152,7 @@ def test_no_shrink_acts_while_requests_wait_at_the_routers():
     for t in range(20):
         d = policy.decide(ScalingInput(float(t), 3, 1, full, queued_requests=20.0))
         assert d.replicas == 3, d.reason
-    assert "held: requests wait at the routers" in d.reason
+    assert "held: requests wait at the routers" in d.reason and d.holds == ("routers_queue",)
     # The queue drained (its window peak is back to 0): the due shrink acts at once.
     d = policy.decide(ScalingInput(20.0, 3, 3, _full(3, 1.2, 1.2)))
     assert d.replicas < 3

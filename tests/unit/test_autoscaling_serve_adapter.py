@@ -148,6 +148,20 @@ def test_a_scaling_decision_is_logged_with_its_reason(caplog):
     assert not [r for r in caplog.records if "kvserve autoscaler" in r.getMessage()]
 
 
+def test_a_guard_that_holds_a_scale_down_is_logged_once(caplog):
+    serve_cfg, policy = serve_policy(kv_cfg(downscale_delay_s=0.0))
+    quiet = {k: [replica_stats(200.0, rate=0.2)] for k in "abcd"}  # one replica's load on four
+    with caplog.at_level("INFO", logger="ray.serve"):
+        for t in range(3):  # requests wait at the routers: no shrink, whatever the rate says
+            n, _ = policy(context(serve_cfg, quiet, target=4, now=1000.0 + t, queued=5.0))
+            assert n == 4
+    lines = [r.getMessage() for r in caplog.records if "kvserve autoscaler" in r.getMessage()]
+    assert len(lines) == 1 and "holding 4 replicas (routers_queue)" in lines[0], lines
+    with caplog.at_level("INFO", logger="ray.serve"):
+        n, _ = policy(context(serve_cfg, quiet, target=4, now=1010.0))  # the queue drained: it acts
+    assert n < 4
+
+
 def test_no_reports_hold_the_current_target():
     serve_cfg, policy = serve_policy(kv_cfg())
     n, _ = policy(context(serve_cfg, {}, target=2, running=0, ongoing=0.0))
