@@ -23,11 +23,11 @@ from typing import Any
 
 from autoscaling.capacity import CapacityEstimate, per_replica_capacity, replicas_for
 from autoscaling.signals import FleetSignals
-from autoscaling.window import metrics_push_interval_s
+from autoscaling.window import RECENT_S, metrics_push_interval_s
 from kvserve.perf_model import EngineProfile
 from kvserve.policy_params import AutoscalerParams, SLOTargets
 
-SAMPLE_S = 5.0  # the replicas' recent window: one trend sample per window keeps samples disjoint
+SAMPLE_S = RECENT_S  # one trend sample per replicas' recent window keeps the samples disjoint
 
 
 def _shape(x: float) -> float:

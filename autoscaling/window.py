@@ -50,6 +50,8 @@ STAT_KEYS: tuple[str, ...] = (
 WindowMetrics = ReplicaMetrics
 
 
+RECENT_S = 5.0  # the recent rate's span: a load step shows within it; ~20 requests at GPU rates
+
 # One-sided 95%: the p90's lower bound is exceeded by the true p90 with this confidence.
 P90_LOW_Z = 1.645
 
@@ -156,7 +158,7 @@ class SignalWindow:
         max_samples: int = 4096,
         num_buckets: int = 30,
         clock: Callable[[], float] = time.monotonic,
-        recent_s: float = 5.0,
+        recent_s: float = RECENT_S,
     ) -> None:
         if look_back_s <= 0 or max_samples < 1 or num_buckets < 1 or recent_s <= 0:
             raise ValueError("look_back_s > 0, recent_s > 0, max_samples >= 1 and num_buckets >= 1 are required")
