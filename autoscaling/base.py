@@ -27,6 +27,16 @@ class ReplicaMetrics:
     mean_prompt_tokens: float = 0.0
     mean_output_tokens: float = 0.0
     cache_hit_rate: float = 0.0
+    # Arrivals over the last few seconds (None: not reported): sees a load step before the
+    # look-back rate, which lags it by half the window.
+    recent_requests_per_s: float | None = None
+    # Requests the replica received over those seconds, however long they waited at the router:
+    # with every replica full, the fleet's service rate.
+    recent_admitted_per_s: float | None = None
+    # One-sided 95% lower confidence bounds of the p90s (None: not reported): a p90 just over the
+    # target from a few dozen requests is within its sampling noise; these say whether it is for sure.
+    ttft_p90_low_ms: float | None = None
+    itl_p90_low_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -41,12 +51,16 @@ class ScalingInput:
     # `aggregation_function: max`). The replicas' arrival rates never saw them: at
     # saturation they count what the replicas admit.
     queued_requests: float = 0.0
+    # The latency targets to plan for now (None: the policy's configured ones). The adapter may
+    # pass the tightest target among the tenant classes that have traffic.
+    slo: SLOTargets | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
     replicas: int
     reason: str
+    holds: tuple[str, ...] = ()  # names of the guards that held a scale-down at this decision
 
 
 class ScalingPolicy(ABC):

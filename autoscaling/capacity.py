@@ -97,13 +97,17 @@ def per_replica_capacity(
     itl_target_ms: float,
     headroom: float = 0.8,
     max_batch: int = DEFAULT_MAX_BATCH,
+    cached_tokens: float = 0.0,
 ) -> CapacityEstimate:
-    """Planned requests/s for one replica; `prompt_tokens` are the uncached ones."""
+    """Planned requests/s for one replica; `prompt_tokens` are the uncached ones, `cached_tokens`
+    the prompt's cached prefix: a cache hit saves its prefill, not its KV or its decode reads,
+    so the decode context (and the batch the KV cache holds) is the whole prompt."""
     prompt_tokens = max(prompt_tokens, 0.0)
     output_tokens = max(output_tokens, 0.0)
-    context = max(prompt_tokens + output_tokens / 2.0, 1.0)  # mean context over a sequence's decode
+    cached_tokens = max(cached_tokens, 0.0)
+    context = max(prompt_tokens + cached_tokens + output_tokens / 2.0, 1.0)  # mean context over a decode
     per_token_ms, batch, itl_ok = decode_cost_per_token_ms(profile, itl_target_ms, context, max_batch)
-    prefill = max(profile.prefill_ms_for(prompt_tokens), 1e-3)
+    prefill = max(profile.prefill_ms_for(prompt_tokens, cached_tokens), 1e-3)
     service = prefill + output_tokens * per_token_ms
     slack = ttft_target_ms - prefill
     rho_ttft = 2 * slack / (prefill + 2 * slack) if slack > 0 else 0.0

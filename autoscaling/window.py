@@ -46,22 +46,11 @@ STAT_KEYS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class WindowMetrics(ReplicaMetrics):
-    """`ReplicaMetrics` plus the short-horizon arrival rate (None: the reporter did not send it).
+# What a replica's window reports is exactly the declared `ReplicaMetrics` (the name stays for callers).
+WindowMetrics = ReplicaMetrics
 
-    The look-back rate lags a load step by half the window; the recent rate (last few
-    seconds) is what lets the policy act on demand before latency degrades."""
 
-    recent_requests_per_s: float | None = None
-    # Requests this replica received over the last few seconds, however long they had waited
-    # at the router: with every replica full, the fleet's service rate.
-    recent_admitted_per_s: float | None = None
-    # Lower confidence bounds of the p90s: a window's p90 just over the target from a few dozen
-    # requests is within its sampling noise; these say whether it is over the target for sure.
-    ttft_p90_low_ms: float | None = None
-    itl_p90_low_ms: float | None = None
-
+RECENT_S = 5.0  # the recent rate's span: a load step shows within it; ~20 requests at GPU rates
 
 # One-sided 95%: the p90's lower bound is exceeded by the true p90 with this confidence.
 P90_LOW_Z = 1.645
@@ -89,19 +78,64 @@ def percentile_nearest_rank(values: Iterable[float], q: float) -> float | None:
 
 
 class _TimedRing:
-    """(timestamp, value) pairs, newest last; bounded by count, trimmed by age on read."""
+    """(timestamp, value, count) runs, newest last: the newest `max_samples` samples, trimmed by
+    age on read. One engine step's gap, shared by the batch's tokens, is one run, so recording
+    and reading cost per step, not per token."""
 
     def __init__(self, max_samples: int) -> None:
         self.maxlen = max_samples
-        self._items: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self._items: deque[list] = deque()  # [t, value, count]
+        self._total = 0
 
-    def add(self, now: float, value: float) -> None:
-        self._items.append((now, value))
+    def add(self, now: float, value: float, count: int = 1) -> None:
+        count = min(count, self.maxlen)
+        if count <= 0:
+            return
+        self._items.append([now, value, count])
+        self._total += count
+        while self._total > self.maxlen:  # drop the oldest samples, a run in part if need be
+            drop = min(self._items[0][2], self._total - self.maxlen)
+            self._items[0][2] -= drop
+            self._total -= drop
+            if self._items[0][2] == 0:
+                self._items.popleft()
+
+    def _trim(self, cutoff: float) -> None:
+        while self._items and self._items[0][0] < cutoff:
+            self._total -= self._items.popleft()[2]
+
+    def runs_since(self, cutoff: float) -> list[tuple[float, int]]:
+        """(value, count) of the samples at or after `cutoff`, sorted by value."""
+        self._trim(cutoff)
+        merged: dict[float, int] = {}
+        for _, v, n in self._items:
+            merged[v] = merged.get(v, 0) + n
+        return sorted(merged.items())
 
     def values_since(self, cutoff: float) -> list[float]:
-        while self._items and self._items[0][0] < cutoff:
-            self._items.popleft()
-        return [v for _, v in self._items]
+        self._trim(cutoff)
+        return [v for _, v, n in self._items for _ in range(n)]
+
+
+def _rank(runs: list[tuple[float, int]], rank: int) -> float:
+    """The `rank`-th smallest sample (1-based) of sorted (value, count) runs."""
+    acc = 0
+    for v, n in runs:
+        acc += n
+        if acc >= rank:
+            return v
+    return runs[-1][0]
+
+
+def p90_of_runs(runs: list[tuple[float, int]]) -> tuple[float | None, float | None, int]:
+    """(nearest-rank p90, its lower confidence bound, sample count) of sorted (value, count) runs;
+    the same numbers `percentile_nearest_rank` and `quantile_lower_bound` give on the samples."""
+    n = sum(c for _, c in runs)
+    if n == 0:
+        return None, None, 0
+    p90 = _rank(runs, max(1, math.ceil(90 / 100.0 * n)))
+    low = _rank(runs, min(max(math.floor(n * 0.9 - P90_LOW_Z * math.sqrt(n * 0.9 * 0.1)), 1), n))
+    return p90, low, n
 
 
 @dataclass
@@ -124,7 +158,7 @@ class SignalWindow:
         max_samples: int = 4096,
         num_buckets: int = 30,
         clock: Callable[[], float] = time.monotonic,
-        recent_s: float = 5.0,
+        recent_s: float = RECENT_S,
     ) -> None:
         if look_back_s <= 0 or max_samples < 1 or num_buckets < 1 or recent_s <= 0:
             raise ValueError("look_back_s > 0, recent_s > 0, max_samples >= 1 and num_buckets >= 1 are required")
@@ -141,6 +175,7 @@ class SignalWindow:
         self.running = 0
         self.kv_usage = 0.0
         self._engine_hit_rate: float | None = None
+        self._ttft_n = self._itl_n = 0  # sample counts behind the last `metrics()`
 
     # -- recording (request path) ------------------------------------------------
 
@@ -190,9 +225,7 @@ class SignalWindow:
 
     def on_token_gap(self, itl_ms: float, now: float | None = None, count: int = 1) -> None:
         """`count` tokens that each waited `itl_ms` (one engine step serving several sequences)."""
-        t, v = self._now(now), float(itl_ms)
-        for _ in range(min(max(count, 0), self._itl.maxlen)):
-            self._itl.add(t, v)
+        self._itl.add(self._now(now), float(itl_ms), count)
 
     def on_completion(self, output_tokens: int, now: float | None = None) -> None:
         b = self._bucket(self._now(now))
@@ -252,10 +285,12 @@ class SignalWindow:
         done = sum(b.completions for b in buckets)
         output = sum(b.output_tokens for b in buckets)
         hit_rate = self._engine_hit_rate if self._engine_hit_rate is not None else (cached / prompt if prompt else 0.0)
+        ttft, ttft_low, self._ttft_n = p90_of_runs(self._ttft.runs_since(self._cutoff(t)))
+        itl, itl_low, self._itl_n = p90_of_runs(self._itl.runs_since(self._cutoff(t)))
         return WindowMetrics(
             replica_id=replica_id,
-            ttft_p90_ms=self.ttft_p90_ms(t),
-            itl_p90_ms=self.itl_p90_ms(t),
+            ttft_p90_ms=ttft,
+            itl_p90_ms=itl,
             waiting=self.waiting,
             running=self.running,
             kv_usage=self.kv_usage,
@@ -267,8 +302,8 @@ class SignalWindow:
             cache_hit_rate=hit_rate,
             recent_requests_per_s=self._recent_rate(t, buckets),
             recent_admitted_per_s=self._recent_rate(t, buckets, admitted=True),
-            ttft_p90_low_ms=quantile_lower_bound(self.ttft_samples(t), 0.9),
-            itl_p90_low_ms=quantile_lower_bound(self.itl_samples(t), 0.9),
+            ttft_p90_low_ms=ttft_low,
+            itl_p90_low_ms=itl_low,
         )
 
     def to_stats_dict(self, now: float | None = None) -> dict[str, float]:
@@ -280,8 +315,8 @@ class SignalWindow:
             "kvserve_itl_p90_ms": NO_DATA if m.itl_p90_ms is None else float(m.itl_p90_ms),
             "kvserve_ttft_p90_low_ms": NO_DATA if m.ttft_p90_low_ms is None else float(m.ttft_p90_low_ms),
             "kvserve_itl_p90_low_ms": NO_DATA if m.itl_p90_low_ms is None else float(m.itl_p90_low_ms),
-            "kvserve_ttft_samples": float(len(self.ttft_samples(t))),
-            "kvserve_itl_samples": float(len(self.itl_samples(t))),
+            "kvserve_ttft_samples": float(self._ttft_n),
+            "kvserve_itl_samples": float(self._itl_n),
             "kvserve_waiting": float(m.waiting),
             "kvserve_running": float(m.running),
             "kvserve_kv_usage": float(m.kv_usage),

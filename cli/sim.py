@@ -98,8 +98,18 @@ def sim(
     requests_jsonl: Optional[Path] = typer.Option(None, "--requests-jsonl", help="Write one JSON line per simulated request, with the fields of `kvserve bench --requests-jsonl`."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG path (default: next to --json)."),
     per_minute: bool = typer.Option(False, "--per-minute", help="Autoscaling mode: also print each minute's mean replicas per autoscaler against the oracle's, and which minutes missed the SLO (always in the JSON, under details.NAME.per_minute)."),
+    suite: Optional[str] = typer.Option(None, "--suite", help="Run a workload suite instead (autoscaling: step, burst, diurnal, conversations, agentic, heavy-tailed prompts and the --trace, each at 2 load levels, against the oracle and the causal bound). Only --seeds, --tune-seeds, --trace, --jobs, --json apply."),
+    seeds: str = typer.Option("0-9", "--seeds", help="--suite: seeds to run, e.g. 0-9."),
+    tune_seeds: str = typer.Option("0-4", "--tune-seeds", help="--suite: the seeds tuned on; the others are the report seeds."),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="--suite: simulations in parallel."),
+    only: Optional[str] = typer.Option(None, "--only", help="--suite: only workloads whose name starts with this."),
 ) -> None:
     """Simulate a cluster of replicas with the production routing/autoscaling policy code."""
+    if suite is not None:
+        from cli import sim_suite
+
+        sim_suite.run(suite, seeds, tune_seeds, trace, jobs, json_out, only)
+        return
     from simulator import plots
     from simulator.engine import EngineSettings
     from simulator.runner import (

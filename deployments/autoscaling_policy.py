@@ -28,12 +28,16 @@ from ray.serve.config import AutoscalingContext
 from autoscaling.base import ReplicaMetrics, ScalingInput
 from autoscaling.registry import make_autoscaler
 from autoscaling.window import STAT_PREFIX, metrics_from_stats, metrics_push_interval_s
-from kvserve.config import AutoscalingConfig, KVServeConfig, SLOConfig
+import kvserve.profiles
+from kvserve.config import DEFAULT_MODEL, AutoscalingConfig, KVServeConfig, SLOConfig
 from kvserve.perf_model import EngineProfile
 from kvserve.policy_registry import KVSERVE_AUTOSCALING_POLICY
 
 POLICY_IMPORT_PATH = KVSERVE_AUTOSCALING_POLICY  # this module's SLOAutoscalingPolicy
-PROFILE_KEYS = ("block_size", "kv_cache_tokens", "prefill", "decode")
+PROFILE_KEYS = ("block_size", "kv_cache_tokens", "prefill", "prefill_ms_per_cached_token", "decode")
+# The embedded model ships its measured profile; any other model without `autoscaling.profile` is
+# planned from a conservative estimate fitted online (autoscaling.profile_fit).
+EMBEDDED_PROFILE = Path(kvserve.profiles.__file__).resolve().parent / "cpu-smollm2-135m.json"
 STATE_KEY = "kvserve"  # our sub-dict of Serve's policy_state (Serve keeps its own "__decision_*" keys)
 logger = logging.getLogger("ray.serve")
 
@@ -103,6 +107,7 @@ class SLOAutoscalingPolicy:
         engine_profile = EngineProfile.from_dict(dict(profile), source="policy_kwargs") if profile else None
         self.policy = make_autoscaler(policy, self.cfg.params(), self.slo.params(), engine_profile, max_batch)
         self.last_reason = ""
+        self.last_holds: tuple[str, ...] = ()
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
         self.policy.set_state(dict((ctx.policy_state or {}).get(STATE_KEY, {})))
@@ -113,6 +118,11 @@ class SLOAutoscalingPolicy:
             # Serve logs that it scaled; operators also need to know why.
             logger.info("kvserve autoscaler (%s): %d -> %d replicas: %s",
                         self.policy.name, inp.target_replicas, decision.replicas, decision.reason)
+        elif decision.holds and decision.holds != self.last_holds:
+            # ... and why it did not: once when a guard starts holding a scale-down, not every tick.
+            logger.info("kvserve autoscaler (%s): holding %d replicas (%s): %s", self.policy.name,
+                        inp.target_replicas, ", ".join(decision.holds), decision.reason)
+        self.last_holds = decision.holds
         return decision.replicas, {STATE_KEY: self.policy.get_state()}
 
 
@@ -131,11 +141,12 @@ def autoscaling_config_for(
     """The replica deployment's `autoscaling_config` (a plain dict Serve validates).
 
     `profile`: the engine profile (JSON dict or path) for the capacity model; defaults to
-    `autoscaling.profile`; neither = SLO error only. It is read here, on the driver, and travels
+    `autoscaling.profile`, then to the embedded model's packaged profile; for another model without
+    one the policy fits a conservative estimate online. It is read here, on the driver, and travels
     inside policy_kwargs. `policy: serve_default` uses Serve's own built-in policy with our delays."""
     a = cfg.autoscaling
     if profile is None:
-        profile = a.profile
+        profile = a.profile or (EMBEDDED_PROFILE if cfg.model.source == DEFAULT_MODEL else None)
     out: dict[str, Any] = {
         "min_replicas": a.min_replicas,
         "max_replicas": a.max_replicas,

@@ -268,7 +268,8 @@ class AutoscalingConfig(_Section):
     )
     max_step: int = Field(AUTOSCALER.max_step, ge=1, description="Most replicas added or removed in one decision.")
     headroom: float = Field(AUTOSCALER.headroom, gt=0, le=1, description="Plan each replica to this fraction of modelled capacity.")
-    hysteresis: float = Field(AUTOSCALER.hysteresis, gt=0, lt=1, description="Scale down only below this fraction of the SLO.")
+    hysteresis: float = Field(AUTOSCALER.hysteresis, gt=0, lt=1, description="A fleet this far within the SLO (latency / target below this) "
+                              "at a higher load than the remembered overload proves that memory stale: it is raised.")
     drain_grace_s: float = Field(60.0, ge=0, description="In-flight requests get this long to finish on scale-down.")
     warm_prefixes: int = Field(
         4, ge=0, description="A starting replica pre-fills this many of the hottest tenant prefixes before it "
@@ -290,8 +291,48 @@ class AutoscalingConfig(_Section):
         AUTOSCALER.overload_memory_max_s, gt=0, description="Cap on that doubled lifetime: a load the fleet keeps failing at is re-learnt "
         "at most ~log2(cap / overload_memory_s) times before it is remembered for this long."
     )
+    fleet_ratio_quantile: float = Field(
+        AUTOSCALER.fleet_ratio_quantile, gt=0, le=1, description="The fleet's SLO error is this quantile of the "
+        "replicas' p90/target ratios (weighted by rate): one replica's backlog, which more replicas cannot drain, is "
+        "not a fleet-wide violation; most of the fleet over target is."
+    )
+    max_slo_factor: float = Field(
+        AUTOSCALER.max_slo_factor, ge=1, description="An SLO-driven scale-up multiplies the fleet by at most this "
+        "per settle period (a burst needing 3x then takes one period, not two)."
+    )
+    max_slo_factor_within_capacity: float = Field(
+        AUTOSCALER.max_slo_factor_within_capacity, ge=1, description="... and by at most this when the capacity "
+        "model says the fleet carries the load: the error then measures what the model misses (long prompts queued "
+        "on a few replicas), not a rate."
+    )
+    min_p90_samples: int = Field(
+        AUTOSCALER.min_p90_samples, ge=1, description="Requests in the look-back window before a p90 over target may "
+        "add replicas (with nothing queued): a p90 of fewer is their maximum, one cold prompt."
+    )
+    trend_fit_s: float = Field(
+        AUTOSCALER.trend_fit_s, gt=0, description="The ramp forecast fits a line through this much of the recent "
+        "rate (and needs half of it): long enough that a burst is not read as a ramp."
+    )
+    trend_z: float = Field(
+        AUTOSCALER.trend_z, gt=0, description="Standard errors a ramp's slope must clear, and its fit must stay "
+        "within, against the samples' Poisson noise (~0.6% false alarms on a flat load)."
+    )
+    queue_growth_s: float = Field(
+        AUTOSCALER.queue_growth_s, gt=0, description="The routers' queue's growth over this span counts as "
+        "arrivals no replica saw (every replica full)."
+    )
+    startup_estimate_s: float = Field(
+        AUTOSCALER.startup_estimate_s, ge=0, description="Replica start-up assumed by the ramp forecast until one "
+        "has been measured (from the replicas the policy asked for)."
+    )
+    unprofiled_scale: float = Field(
+        AUTOSCALER.unprofiled_scale, gt=0, description="A model without a measured profile starts from the "
+        "packaged CPU profile with every time multiplied by this (slow: over-provision rather than miss), then "
+        "fits both factors to its replicas' own reports."
+    )
     profile: str | None = Field(
-        None, description="Engine profile JSON (`kvserve profile`) for the capacity model; None = SLO error only."
+        None, description="Engine profile JSON (`kvserve profile`) for the capacity model. None: the embedded model's "
+        "packaged profile, or for any other model a conservative estimate fitted online (`unprofiled_scale`)."
     )
 
     def params(self) -> AutoscalerParams:

@@ -61,6 +61,15 @@ class AutoscalerParams:
     look_back_s: float = 30.0
     overload_memory_s: float = 300.0
     overload_memory_max_s: float = 86400.0
+    fleet_ratio_quantile: float = 0.75
+    max_slo_factor: float = 4.0
+    max_slo_factor_within_capacity: float = 1.5
+    min_p90_samples: int = 10
+    trend_fit_s: float = 60.0
+    trend_z: float = 2.5
+    queue_growth_s: float = 10.0
+    startup_estimate_s: float = 30.0
+    unprofiled_scale: float = 4.0
 
 
 COST = CostParams()

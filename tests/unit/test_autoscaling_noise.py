@@ -79,10 +79,10 @@ def test_a_p90_over_target_within_its_noise_holds_the_fleet_without_learning_an_
     policy = SLOAutoscaler(cfg(look_back_s=30).params(), SLO.params(), PROFILE)
     d = policy.decide(ScalingInput(100.0, 3, 3, _marginal(3, rate, ttft=1050.0, ttft_low=900.0)))
     assert d.replicas == 3 and "not significant" in d.reason  # neither up (r = 1.05) nor down
-    assert policy.overload_per_replica is None
+    assert policy.memory.per_replica is None
     # Once the bound is over the target too, the SLO error adds replicas and is remembered.
     d = policy.decide(ScalingInput(101.0, 3, 3, _marginal(3, rate, ttft=1300.0, ttft_low=1100.0)))
-    assert d.replicas > 3 and policy.overload_per_replica is not None
+    assert d.replicas > 3 and policy.memory.per_replica is not None
 
 
 def test_replicas_that_report_no_bound_are_judged_on_their_p90():

@@ -13,12 +13,22 @@ from autoscaling.base import ScalingInput
 from autoscaling.capacity import replicas_needed
 import random
 
-from autoscaling.policies.kvserve import DEFAULT_STARTUP_S, TREND_SAMPLE_S, SLOAutoscaler
+from autoscaling.demand import SAMPLE_S as TREND_SAMPLE_S
+from autoscaling.policies.kvserve import SLOAutoscaler
+from autoscaling.signals import fleet_signals, fleet_slo_ratio
+from kvserve.policy_params import AutoscalerParams
 from autoscaling.window import SignalWindow, WindowMetrics, metrics_from_stats
 from kvserve.config import AutoscalingConfig, SLOConfig
 from tests.unit.test_autoscaling_policies import PROFILE
 
 SLO = SLOConfig(ttft_p90_ms=1000.0, itl_p90_ms=100.0)
+DEFAULT_STARTUP_S = AutoscalerParams().startup_estimate_s
+
+
+def predicted(policy: SLOAutoscaler, sig, now: float) -> float:  # type: ignore[no-untyped-def]
+    """The rate the policy plans for (recent rate counted), with its ramp forecast."""
+    a = policy.arrivals
+    return max(a.rate(sig, now, 0.0, True), a.ramp_rate(a.trend_fit(now), 0.0))
 
 
 def fleet(n: int, rate: float, recent: float | None = None, ttft: float = 200.0, waiting: int = 0,
@@ -67,17 +77,15 @@ def test_a_sustained_ramp_is_extrapolated_over_start_up_and_delay():
     assert abs(_slope(policy, 59.0) - slope) < 1e-6
     horizon = DEFAULT_STARTUP_S + 5
     sig_rate = rates[-1]
-    assert abs(policy.predicted_rate(_sig(sig_rate), 59.0) - (sig_rate + slope * horizon)) < 1e-6
+    assert abs(predicted(policy, _sig(sig_rate), 59.0) - (sig_rate + slope * horizon)) < 1e-6
 
 
 def _slope(policy: SLOAutoscaler, now: float) -> float:
-    fit = policy.trend_fit(now)
+    fit = policy.arrivals.trend_fit(now)
     return fit[1] if fit else 0.0
 
 
 def _sig(rate: float):  # type: ignore[no-untyped-def]
-    from autoscaling.policies.kvserve import fleet_signals
-
     return fleet_signals(fleet(1, rate, rate))
 
 
@@ -104,8 +112,8 @@ def test_a_noisy_ramp_is_seen_and_its_forecast_leads_the_look_back_rate():
     now = float(seconds - 1)
     assert 0.5 * slope < _slope(policy, now) < 1.5 * slope
     truth_ahead = 10.0 + slope * (now + DEFAULT_STARTUP_S + 10)
-    assert abs(policy.ramp_rate(now) - truth_ahead) < 0.2 * truth_ahead
-    assert policy.predicted_rate(_sig(rates[-1]), now) > rates[-1] + slope * (DEFAULT_STARTUP_S + 10)
+    assert abs(policy.arrivals.ramp_rate(policy.arrivals.trend_fit(now), 0.0) - truth_ahead) < 0.2 * truth_ahead
+    assert predicted(policy, _sig(rates[-1]), now) > rates[-1] + slope * (DEFAULT_STARTUP_S + 10)
     # The decision says so (it is logged next to Serve's own scaling line).
     d = policy.decide(ScalingInput(now + 1, 1, 1, fleet(1, rates[-1], recent[-1])))
     assert "ramp forecast: +" in d.reason
@@ -151,11 +159,11 @@ def test_samples_taken_while_the_routers_queue_grows_are_left_out():
     queued = [0.0 if t < 34 else 5.0 * (min(t, 50) - 33) for t in range(seconds)]
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, recent, 1, recent, queued)
-    left_out = [t for t, _, ok in policy.recent_history if not ok]
+    left_out = [t for t, _, ok in policy.arrivals.samples if not ok]
     assert left_out and min(left_out) >= 34 and max(left_out) <= 50
     restored = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     restored.set_state(json.loads(json.dumps(policy.get_state())))
-    assert restored.recent_history == policy.recent_history
+    assert restored.arrivals.samples == policy.arrivals.samples
     # The same rise without the queue's samples in it is the clean line through the first 35 s.
     clean = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(clean, recent[:34], 1, recent[:34])
@@ -166,7 +174,7 @@ def test_a_burst_shorter_than_half_the_fit_window_is_not_a_ramp():
     # 20 s of a steep, clean rise: four samples, a perfect line, and still no forecast.
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, [5.0 + 0.5 * t for t in range(20)], 1)
-    assert policy.trend_fit(19.0) is None
+    assert policy.arrivals.trend_fit(19.0) is None
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     _feed(policy, [5.0 + 0.5 * t for t in range(40)], 1)  # 40 s of it: a ramp
     assert _slope(policy, 39.0) > 0
@@ -179,10 +187,10 @@ def test_start_up_time_is_measured_from_the_replicas_asked_for():
     policy.decide(ScalingInput(1.0, 3, 1, ms))  # two replicas starting
     policy.decide(ScalingInput(12.0, 3, 2, ms))
     policy.decide(ScalingInput(18.0, 3, 3, ms))  # all serving: 17 s after the first was pending
-    assert policy.startup_s == 17.0
+    assert policy.arrivals.startup_s == 17.0
     restored = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     restored.set_state(json.loads(json.dumps(policy.get_state())))
-    assert restored.startup_s == 17.0 and restored.running_rose_at == 18.0
+    assert restored.arrivals.startup_s == 17.0 and restored.arrivals.running_rose_at == 18.0
 
 
 def test_an_slo_violation_waits_for_the_fleet_to_settle_then_scales_up():
@@ -223,7 +231,7 @@ def test_one_backlogged_replica_is_not_a_fleet_violation():
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     ms = fleet(4, 4.0, 4.0)
     backlogged = WindowMetrics("r0", 40_000.0, 20.0, 500, 32, 0.9, 1.0, 300.0, 100.0, 300.0, 100.0, 0.0, 0.05)
-    r = policy.fleet_slo_ratio([backlogged, *ms[1:]], _sig(4.0))
+    r = fleet_slo_ratio([backlogged, *ms[1:]], SLO.params(), policy.cfg.fleet_ratio_quantile)
     assert r is not None and r < 1
     # ... but it keeps capacity for its queue: no scale-down onto it.
     d = policy.decide(ScalingInput(0.0, 4, 4, [backlogged, *ms[1:]]))
@@ -302,5 +310,5 @@ def test_trend_samples_are_never_two_of_one_stats_report():
     # look_back_s 60: replicas push stats every 10 s, so a 5 s sampler would read each report twice.
     policy = SLOAutoscaler(cfg(look_back_s=60).params(), SLO.params(), PROFILE)
     _feed(policy, [10.0 + 0.3 * t for t in range(60)], 1)
-    times = [t for t, _, _ in policy.recent_history]
+    times = [t for t, _, _ in policy.arrivals.samples]
     assert min(b - a for a, b in zip(times, times[1:])) >= 10.0

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaling.base import ScalingInput
-from autoscaling.policies.kvserve import QUEUE_GROWTH_S, SLOAutoscaler, fleet_signals
+from autoscaling.policies.kvserve import SLOAutoscaler
+from autoscaling.signals import fleet_signals
+from kvserve.policy_params import AutoscalerParams
 from autoscaling.window import SignalWindow, WindowMetrics, metrics_from_stats
 from kvserve.config import SLOConfig
 from simulator.cluster import Cluster
@@ -21,6 +23,7 @@ from tests.unit.test_autoscaling_predictive import cfg, need
 from tests.unit.test_sim_cluster import LINEAR, mk
 
 SLO = SLOConfig(ttft_p90_ms=1000.0, itl_p90_ms=100.0)
+QUEUE_GROWTH_S = AutoscalerParams().queue_growth_s
 
 
 # -- the simulator's router queue -----------------------------------------------------------
@@ -115,7 +118,7 @@ def test_a_growing_router_queue_reads_as_the_arrivals_the_replicas_never_saw():
         d = policy.decide(ScalingInput(float(t), 1, 1, _full(1, admitted, admitted), queued_requests=2.4 * t))
     assert d is not None
     queued = 2.4 * (QUEUE_GROWTH_S + 1)
-    expected = policy.capacity_demand(fleet_signals(_full(1, admitted, admitted)), 3.6 + queued / 30.0)
+    expected = policy.model.replicas(fleet_signals(_full(1, admitted, admitted)), SLO.params(), 3.6 + queued / 30.0)
     assert d.replicas == expected >= need(3.6)
 
 
@@ -149,7 +152,7 @@ def test_no_shrink_acts_while_requests_wait_at_the_routers():
     for t in range(20):
         d = policy.decide(ScalingInput(float(t), 3, 1, full, queued_requests=20.0))
         assert d.replicas == 3, d.reason
-    assert "held: requests wait at the routers" in d.reason
+    assert "held: requests wait at the routers" in d.reason and d.holds == ("routers_queue",)
     # The queue drained (its window peak is back to 0): the due shrink acts at once.
     d = policy.decide(ScalingInput(20.0, 3, 3, _full(3, 1.2, 1.2)))
     assert d.replicas < 3

@@ -1,0 +1,76 @@
+"""`kvserve sim --suite autoscaling`: the autoscaling workload suite (simulator.suite), a table and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+SUITES = ("autoscaling",)
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """'0-9', '3', '0,2,5-7' -> sorted seeds."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1))
+        elif part:
+            out.add(int(part))
+    if not out:
+        raise typer.BadParameter(f"no seeds in {spec!r}", param_hint="--seeds")
+    return sorted(out)
+
+
+def _f(v: Any, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def suite_table(title: str, workloads: dict[str, Any]) -> Table:
+    t = Table(title=title)
+    for c in ("workload", "autoscaler", "attainment", "causal bound", "replica-s", "oracle replica-s", "x oracle",
+              "failed", "new-replica hit", "fleet hit", "targets met"):
+        t.add_column(c, justify="left" if c in ("workload", "autoscaler", "targets met") else "right")
+    for name, w in workloads.items():
+        for a, row in w["autoscalers"].items():
+            ratio = row["replica_seconds"] / row["oracle_replica_seconds"] if row["oracle_replica_seconds"] else None
+            met = ""
+            if a == "kvserve":
+                tg = w["targets"]
+                met = " ".join(k for k in ("attainment_vs_causal", "cost_vs_oracle", "not_worse_than_serve_default")
+                               if tg.get(k) is False) or "all"
+                met = met if met == "all" else "MISSED: " + met
+            t.add_row(name, a, _f(row["slo_attainment"]), _f(row["causal_bound_attainment"]), _f(row["replica_seconds"], ",.0f"),
+                      _f(row["oracle_replica_seconds"], ",.0f"), _f(ratio, ".2f"), _f(row["failed_requests"], ".0f"),
+                      _f(row["newreplica_hit_rate"]), _f(w["details"][a].get("fleet_hit_rate")), met)
+    return t
+
+
+def run(suite: str, seeds: str, tune_seeds: str, trace: Path | None, jobs: int, json_out: Path | None,
+        only: str | None) -> None:
+    from simulator.suite import run_suite
+
+    if suite not in SUITES:
+        raise typer.BadParameter(f"unknown suite {suite!r}; known: {', '.join(SUITES)}", param_hint="--suite")
+    console = Console() if Console().is_terminal else Console(width=200)
+    all_seeds, tune = parse_seeds(seeds), parse_seeds(tune_seeds)
+    out = run_suite(all_seeds, tune, trace, jobs, only=only,
+                    progress=lambda name, seed: console.print(f"  {name} seed {seed} done", highlight=False))
+    if out["tuning"]:
+        console.print(suite_table(f"tune seeds {out['seeds']['tune']} (medians)", out["tuning"]["workloads"]))
+    console.print(suite_table(f"report seeds {out['seeds']['report']} (medians)", out["workloads"]))
+    console.print(f"sim wall time {out['sim_wall_s']:.0f} s")
+    if json_out is not None:
+        import datetime
+
+        from bench.results import environment
+
+        out = {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), **environment(), **out}
+        json_out.write_text(json.dumps(out, indent=1) + "\n")
+        console.print(f"wrote {json_out}")
