@@ -28,12 +28,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvserve.policy_params import FlowParams
 
-@dataclass(frozen=True)
-class FlowParams:
-    max_per_tenant: int = 64  # queued requests per tenant; beyond: rejected (503)
-    max_total: int = 512  # queued requests in all; beyond: the longest tenant queue loses its newest
-    starvation_limit: int = 8  # dispatches a waiting lower level may be passed over in a row
+__all__ = ["FairQueue", "FlowParams", "QueueFull", "Ticket"]
 
 
 @dataclass(eq=False)
