@@ -96,7 +96,7 @@ class FairQueue:
             evicted = self._newest[longest][-1]
             self.remove(evicted)
         lvl = self._levels.setdefault(priority, _Level())
-        start = max(lvl.vtime, lvl.last_finish.get(tenant, 0.0))
+        start = max(lvl.vtime - self.p.burst_tokens / weight, lvl.last_finish.get(tenant, -float("inf")))
         t = Ticket(tenant, priority, weight, max(cost, 0.0), now, item, start, start + max(cost, 0.0) / weight,
                    next(self._seq))
         lvl.last_finish[tenant] = t.finish

@@ -401,7 +401,9 @@ class FlowConfig(_Section):
     enabled: bool = Field(False, description="Off: requests go straight to Serve's router, which queues them FIFO.")
     slots_per_replica: int | None = Field(
         None, ge=1, description="Requests in flight per serving replica before the ingress queues the rest "
-        "(None: engine.max_num_seqs, the batch a replica runs at once: more would wait FIFO in its engine).")
+        "(None: engine.max_num_seqs, the batch a replica runs at once; more would wait FIFO in the engine, where the "
+        "fair queue cannot reorder them. One more keeps the batch full as requests end, ~4% more throughput in "
+        "`kvserve sim --workload noisy-neighbour`, at ~1.6x the victims' p90 TTFT).")
     max_queued_per_tenant: int = Field(FLOW.max_per_tenant, ge=1, description="Beyond it the tenant gets 503 + Retry-After.")
     max_queued: int = Field(
         FLOW.max_total, ge=1, description="Requests queued in all; beyond it the tenant with the most queued "
