@@ -131,12 +131,14 @@ class FlowGate:
         """Wait for a slot (monotonic `deadline`, None: no bound); raises Overloaded (503)."""
         start = time.monotonic()
         self._prune()
-        if self.inflight < self.slots and not self.queue:
-            return self._take(work.tenant, 0.0)
         priority, weight = self._class_of(work.tenant) if interactive else (self.batch_priority, 1.0)
+        cost = self.cost(work)
+        if self.inflight < self.slots and not self.queue:
+            self.queue.charge(work.tenant, cost, priority=priority, weight=weight)
+            return self._take(work.tenant, 0.0)
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         try:
-            ticket, evicted = self.queue.push(work.tenant, self.cost(work), start, priority=priority,
+            ticket, evicted = self.queue.push(work.tenant, cost, start, priority=priority,
                                               weight=weight, item=fut)
         except QueueFull as e:
             raise Overloaded(f"server overloaded: {e.reason}; retry later", self.retry_after_s()) from None

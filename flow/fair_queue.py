@@ -5,10 +5,12 @@ Pure (no clocks, no I/O): the ingress (deployments.flow_gate) and the simulator 
 - **Fair share on real work.** A request's cost is the work it gives the cluster: its uncached
   prefill tokens + its expected decode tokens (`flow.cost`). Within a priority level, queued
   requests are served in order of virtual finish time, self-clocked fair queuing (Golestani 1994):
-  start = max(V, the tenant's last finish), finish = start + cost / weight, V = the finish tag of
-  the request last dispatched. A tenant that was idle starts at V (it banks no credit); while two
-  tenants i, j stay backlogged the work they are served, divided by their weights, differs by at
-  most max cost_i / w_i + max cost_j / w_j (the bound `tests/unit/test_flow_fair_queue.py` checks).
+  start = max(V - burst / weight, the tenant's last finish), finish = start + cost / weight, V = the
+  finish tag of the request last dispatched. A tenant that was idle or below its share may be served
+  up to `burst_tokens` of work ahead of the backlogged ones (so a light tenant's bursts do not queue
+  behind a flood), and banks no more credit than that. While two tenants i, j stay backlogged the
+  work they are served, divided by their weights, differs by at most (max cost_i + burst) / w_i +
+  (max cost_j + burst) / w_j (the bound `tests/unit/test_flow_fair_queue.py` checks).
 - **Priority with bounded starvation.** The highest non-empty level goes first, except that a
   non-empty level passed over `starvation_limit` times in a row is served next (the most-passed
   first). So a waiting level is served at least once every `starvation_limit + levels - 1`
@@ -106,6 +108,14 @@ class FairQueue:
         self._per_tenant[tenant] += 1
         self._newest.setdefault(tenant, []).append(t)
         return t, evicted
+
+    def charge(self, tenant: str, cost: float, *, priority: int = 0, weight: float = 1.0) -> None:
+        """A request dispatched without queueing (a slot was free): its tenant's share counts it too,
+        so a flood's first requests, which never waited, still put it behind the queue's newcomers."""
+        lvl = self._levels.setdefault(priority, _Level())
+        start = max(lvl.vtime - self.p.burst_tokens / weight, lvl.last_finish.get(tenant, -float("inf")))
+        lvl.last_finish[tenant] = start + max(cost, 0.0) / weight
+        lvl.vtime = max(lvl.vtime, lvl.last_finish[tenant])
 
     def remove(self, t: Ticket) -> bool:
         """Take a queued request out (its client left, it waited too long). False if not queued."""

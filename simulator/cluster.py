@@ -257,6 +257,8 @@ class Cluster:
         if self.pending or not any(self._has_room(rid) for rid in self.loads):
             self._wait_at_router(req, now)  # FIFO: no overtaking the requests already waiting
             return
+        if isinstance(self.pending, FlowPending):
+            self.pending.charge(req)
         self._route(req, now)
 
     def _route(self, req: SimRequest, now: float) -> None:

@@ -41,11 +41,19 @@ class FlowPending:
             for t in tickets:
                 yield t.item
 
-    def push(self, req: SimRequest, now: float) -> SimRequest | None:
-        """Queue `req`; returns a request pushed out to make room. Raises flow.fair_queue.QueueFull."""
+    def _cost(self, req: SimRequest) -> tuple[float, int, float]:
         prio, weight = self.setup.classes.get(req.tenant, (0, 1.0))
         uncached = req.prompt_tokens - self.cached_tokens(req)
-        cost = request_cost(uncached, self.decode.expected(req.tenant, req.output_tokens))
+        return request_cost(uncached, self.decode.expected(req.tenant, req.output_tokens)), prio, weight
+
+    def charge(self, req: SimRequest) -> None:
+        """`req` goes straight to a replica (a slot was free): its tenant's share counts it."""
+        cost, prio, weight = self._cost(req)
+        self.queue.charge(req.tenant, cost, priority=prio, weight=weight)
+
+    def push(self, req: SimRequest, now: float) -> SimRequest | None:
+        """Queue `req`; returns a request pushed out to make room. Raises flow.fair_queue.QueueFull."""
+        cost, prio, weight = self._cost(req)
         _, evicted = self.queue.push(req.tenant, cost, now, priority=prio, weight=weight, item=req)
         return evicted.item if evicted is not None else None
 

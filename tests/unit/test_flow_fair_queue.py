@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from flow.fair_queue import FairQueue, FlowParams, QueueFull
 
-BIG = FlowParams(max_per_tenant=10_000, max_total=100_000, starvation_limit=8)
+BIG = FlowParams(max_per_tenant=10_000, max_total=100_000, starvation_limit=8, burst_tokens=500.0)
 
 
 def test_a_cheap_tenant_overtakes_a_backlog_of_expensive_ones() -> None:
@@ -18,6 +18,19 @@ def test_a_cheap_tenant_overtakes_a_backlog_of_expensive_ones() -> None:
     q.push("victim", 100, 20.0)
     order = [q.pop().tenant for _ in range(3)]
     assert "victim" in order[:2]  # not behind the 20 queued aggressor requests
+
+
+def test_a_tenant_below_its_share_is_served_ahead_within_its_burst() -> None:
+    q = FairQueue(BIG)  # burst 500 tokens
+    for _ in range(50):
+        q.push("flood", 100, 0.0)
+    for _ in range(20):
+        q.pop()  # the flood has been served 2000 tokens; the victim nothing
+    for _ in range(8):
+        q.push("victim", 100, 1.0)
+    served = [q.pop().tenant for _ in range(8)]
+    assert served[:5] == ["victim"] * 5  # 500 tokens of credit, then turns with the flood again
+    assert served.count("victim") < 8
 
 
 def test_cost_not_count_decides_the_share() -> None:
@@ -32,9 +45,11 @@ def test_cost_not_count_decides_the_share() -> None:
 
 def test_weights_scale_the_share() -> None:
     q = FairQueue(BIG)
-    for _ in range(300):
+    for _ in range(600):
         q.push("gold", 10, 0.0, weight=3.0)
         q.push("bronze", 10, 0.0, weight=1.0)
+    for _ in range(100):
+        q.pop()  # both start with their burst allowance; after it the weights rule
     served = [q.pop().tenant for _ in range(200)]
     assert 148 <= served.count("gold") <= 152
 
@@ -98,7 +113,8 @@ def test_work_conserving_and_bounded(seq: list) -> None:
        st.integers(0, 10_000))
 def test_backlogged_tenants_share_within_the_scfq_bound(costs: list[int], weights: list[float], seed: int) -> None:
     """While every tenant stays backlogged, served work / weight differs between any two tenants by at
-    most max cost_i / w_i + max cost_j / w_j (self-clocked fair queuing's bound)."""
+    most max cost_i / w_i + max cost_j / w_j (self-clocked fair queuing's bound) plus each one's burst
+    allowance, burst_tokens / w (what a tenant below its share may be served ahead)."""
     import random
 
     rng = random.Random(seed)
@@ -115,7 +131,7 @@ def test_backlogged_tenants_share_within_the_scfq_bound(costs: list[int], weight
         for a in served:
             for b in served:
                 wa, wb = weights[int(a[1:])], weights[int(b[1:])]
-                bound = max(tenant_costs[a]) / wa + max(tenant_costs[b]) / wb
+                bound = (max(tenant_costs[a]) + BIG.burst_tokens) / wa + (max(tenant_costs[b]) + BIG.burst_tokens) / wb
                 assert abs(served[a] / wa - served[b] / wb) <= bound + 1e-6
 
 
@@ -140,3 +156,12 @@ def test_a_waiting_level_is_served_within_the_starvation_bound(pushes: list, lim
         for p in levels:
             since[p] = 0 if p == t.priority else since[p] + 1
             assert since[p] < bound, (p, since)
+
+
+def test_requests_that_never_waited_still_count_against_their_tenant() -> None:
+    q = FairQueue(BIG)
+    q.charge("flood", 100)  # it took a free slot
+    for _ in range(3):
+        q.push("flood", 100, 0.0)
+    q.push("victim", 100, 1.0)
+    assert q.pop().tenant == "victim"
