@@ -48,3 +48,17 @@ def sim_noisy(setup: Any, mix: Any, json_out: Path | None, console: Console) -> 
         json_out.write_text(json.dumps(out, indent=1) + "\n")
         console.print(f"wrote {json_out}")
     return out
+
+
+def bench_noisy(full_cfg: Any, url: str, vocab: Any, opts: Any, address: str, json_out: Path | None,
+                console: Console) -> dict[str, Any]:
+    """Live: redeploys the cluster three times (solo, off, on) with the bench's five tenant keys."""
+    from bench.noisy_neighbour import run_noisy
+    from bench.runner import default_deploy
+
+    out = run_noisy(full_cfg, url, vocab, opts, default_deploy(address), console.print)
+    print_runs(console, out, f"noisy neighbour, live, {full_cfg.num_replicas} replicas: flow control off / on / victims solo")
+    if json_out is not None:
+        json_out.write_text(json.dumps(out, indent=1) + "\n")
+        console.print(f"wrote {json_out}")
+    return out
