@@ -60,3 +60,24 @@ def test_each_tenant_has_its_own_seeded_poisson_stream() -> None:
     n_agg = sum(1 for _, t in a if t == AGGRESSOR)
     assert 8 < n_agg / max(1, len(a) - n_agg) < 12
     assert schedule({"victim-0": 1.0}, 60.0, 0) == [x for x in a if x[1] == "victim-0"]
+
+
+def test_live_bench_runs_three_deployments_against_the_fake_server() -> None:
+    from bench.fake_server import FakeBehaviour, FakeKVServe, ServerThread
+    from bench.fake_tokenizer import FakeTokenizer
+    from bench.noisy_neighbour import NoisyOptions, run_noisy
+    from bench.tokens import SafeVocab
+    from kvserve.config import KVServeConfig
+
+    deployed: list[bool] = []
+    fake = FakeKVServe(FakeBehaviour(first_token_s=0.01, itl_s=0.001))
+    with ServerThread(fake.app) as srv:
+        out = run_noisy(KVServeConfig(num_replicas=1, engine={"max_num_seqs": 2}), srv.url, SafeVocab(FakeTokenizer()),
+                        NoisyOptions(system_tokens=20, question_tokens=5, output_tokens=3, duration_s=1.5),
+                        lambda cfg: deployed.append(cfg.flow.enabled), lambda _msg: None)
+    assert deployed == [False, False, True]  # solo, off, on
+    assert set(out["runs"]) == {"solo", "off", "on"} and out["workload"]["capacity_req_per_s"] > 0
+    assert set(out["runs"]["on"]["tenants"]) == {*VICTIMS, AGGRESSOR}
+    assert out["runs"]["solo"]["tenants"]["victim-0"]["errors"] == 0
+    assert len(fake.bodies) == sum(r["requests"] for run in out["runs"].values() for r in run["tenants"].values()) \
+        + 4 + 5 + 5 + 32  # + the unmeasured warm-ups (solo, off, on) and the capacity probe
