@@ -278,9 +278,10 @@ class Ingress(BatchRoutes):
         token, streamed, slot = (gate.interactive_started() if gate else 0), False, None
         try:
             try:
-                if self.flow:  # replicas saturated: wait in the fair queue (503 past its bounds)
+                flow = getattr(self, "flow", None)
+                if flow:  # replicas saturated: wait in the fair queue (503 past its bounds)
                     wait = self.cfg.server.max_queue_wait_s
-                    slot = await self.flow.acquire(work, interactive, None if wait is None else start + wait)
+                    slot = await flow.acquire(work, interactive, None if wait is None else start + wait)
                 gen, meta, kind_item, payload = await self._first_items(
                     work, start, (lambda: gate.interactive_taken(token)) if gate else None)
             except Overloaded as e:  # the fair queue's bounds (deployments.flow_gate)
