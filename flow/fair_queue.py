@@ -81,6 +81,10 @@ class FairQueue:
     def queued(self, tenant: str) -> int:
         return self._per_tenant[tenant]
 
+    def items(self) -> list[Any]:
+        """Every queued request's item, tenant by tenant (oldest first within a tenant)."""
+        return [t.item for tickets in self._newest.values() for t in tickets]
+
     def push(self, tenant: str, cost: float, now: float, *, priority: int = 0, weight: float = 1.0,
              item: Any = None) -> tuple[Ticket, Ticket | None]:
         """Queue a request. Returns (its ticket, a ticket pushed out to make room or None).

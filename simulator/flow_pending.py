@@ -37,9 +37,7 @@ class FlowPending:
         return len(self.queue)
 
     def __iter__(self) -> Iterator[SimRequest]:
-        for tickets in list(self.queue._newest.values()):
-            for t in tickets:
-                yield t.item
+        yield from self.queue.items()
 
     def _cost(self, req: SimRequest) -> tuple[float, int, float]:
         prio, weight = self.setup.classes.get(req.tenant, (0, 1.0))

@@ -8,6 +8,7 @@ alone). Capacity is measured first: the victims' mix in a closed loop, saturatin
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -171,8 +172,6 @@ def victim_p90_bound_ms(on: RunResult, solo: RunResult, slots: int) -> dict[str,
     flight finishes, so its TTFT >= (that wait) + its own TTFT in the solo run (same arrivals)."""
     spans = sorted((r.routed, r.finished) for r in on.requests if r.routed is not None and r.finished is not None)
     starts = [a for a, _ in spans]
-    import bisect
-
     solo_ttft = {}
     for r in solo.requests:
         if r.first_token is not None and not r.failed:
