@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling sim-autoscaling-suite bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-noisy
 
 install: $(STAMP)
 
@@ -66,6 +66,13 @@ bench-batch: install
 	$(KV) bench --url $(URL) --sweep batch --batch 1,4,8,16,32 --question-tokens 128 --output-tokens 64 \
 		--json $(RESULTS)/batch-sweep-cpu.json --plot $(IMG)/batch-sweep-cpu.png
 	$(BIN)/python -m bench.batch_interference --url $(URL) --json $(RESULTS)/batch-interference-cpu.json
+
+# Noisy neighbour (docs/FLOW.md): simulated (4 H200-profile replicas), then live on a cluster started
+# with `kvserve serve --config bench/configs/noisy-neighbour-cpu.yaml` (port 8123; it redeploys 3 times).
+bench-noisy: install
+	$(KV) sim --workload noisy-neighbour --replicas 4 --phase-s 180 --json $(RESULTS)/noisy-neighbour-sim.json
+	$(KV) bench --workload noisy-neighbour --config bench/configs/noisy-neighbour-cpu.yaml --url http://127.0.0.1:8123 \
+		--api-key sk-noisy-neighbour-victim-0 --duration 40s --json $(RESULTS)/noisy-neighbour-cpu.json
 
 # Live routing A/B on CPU: pow2 / ray_prefix / kvserve on the same 300 requests. Needs a running
 # `make serve` cluster (2 CPU replicas); the bench redeploys each policy on it in turn (~15 min).

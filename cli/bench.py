@@ -21,6 +21,7 @@ console = Console()
 class WorkloadKind(str, Enum):
     multi_tenant = "multi-tenant"
     trace = "trace"
+    noisy_neighbour = "noisy-neighbour"
 
 
 def _cluster_config(url: str, headers: dict, config_file: Optional[Path], need_full: bool):
@@ -51,7 +52,7 @@ def _expected_replicas(num_replicas: int | None, autoscaled: bool) -> int | None
 
 def bench(
     ctx: typer.Context,
-    workload: WorkloadKind = typer.Option(WorkloadKind.multi_tenant, "--workload", help="multi-tenant or trace"),
+    workload: WorkloadKind = typer.Option(WorkloadKind.multi_tenant, "--workload", help="multi-tenant, trace, or noisy-neighbour (4 victims at 60% of the measured capacity + an aggressor at 10x a victim's rate; redeploys victims solo, flow control off, on; --duration is each run's length)."),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="Mooncake JSONL trace (--workload trace)."),
     url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The kvserve endpoint."),
     allow_remote: bool = typer.Option(False, "--allow-remote", help="Permit a non-loopback --url."),
@@ -123,10 +124,15 @@ def bench(
     from bench.timed_bench import check_options, requests_for
 
     try:
-        duration_s = check_options(duration, chaos_kind, rate)
+        if workload == WorkloadKind.noisy_neighbour:  # --duration: each of its runs' length, no --rate
+            from bench.timed_load import parse_duration
+
+            duration_s = parse_duration(duration) if duration else None
+        else:
+            duration_s = check_options(duration, chaos_kind, rate)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    if duration_s is not None:
+    if duration_s is not None and workload != WorkloadKind.noisy_neighbour:
         requests = requests_for(rate, duration_s)
 
     async def _ready() -> None:  # the config is read only from a cluster whose replicas all serve
@@ -150,6 +156,15 @@ def bench(
                          plot=plot, timeout=timeout, connect_timeout=connect_timeout, slo=(slo_ttft_ms, slo_itl_ms),
                          console=console)
 
+    if workload == WorkloadKind.noisy_neighbour:
+        from bench.noisy_neighbour import NoisyOptions
+        from bench.tokens import SafeVocab
+        from cli.noisy import bench_noisy
+
+        _, _, noisy_cfg, _ = _cluster_config(url, headers, config_file, need_full=True)
+        opts = NoisyOptions(system_tokens, question_tokens, output_tokens, duration_s or 45.0, timeout_s=timeout, seed=seed)
+        bench_noisy(noisy_cfg, url, SafeVocab(load_tokenizer(model_cfg, tokenizer)), opts, address, json_out, console)
+        return
     with console.status("building workload (tokenizer)..."):
         tok = load_tokenizer(model_cfg, tokenizer)
         try:

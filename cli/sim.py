@@ -64,7 +64,7 @@ def _minute_table(details: dict[str, dict[str, Any]]):  # type: ignore[no-untype
 
 def sim(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks)."),
-    workload: str = typer.Option("multi-tenant", "--workload", help="Generated workload when no --trace: multi-tenant | step (1x->4x->1x) | burst (8x for 30 s mid-run) | diurnal (1x->5x->1x)."),
+    workload: str = typer.Option("multi-tenant", "--workload", help="Generated workload when no --trace: multi-tenant | step (1x->4x->1x) | burst (8x for 30 s mid-run) | diurnal (1x->5x->1x) | noisy-neighbour (4 victims at 60% of capacity + an aggressor at 10x a victim's rate, --phase-s long; flow control off / on / victims solo)."),
     replicas: int = typer.Option(16, "--replicas", min=1, help="Fixed replica count (routing mode)."),
     policies: Optional[str] = typer.Option(None, "--policies", help="Comma list of routing policies; default: every policy in router.registry."),
     autoscalers: Optional[str] = typer.Option(None, "--autoscalers", help="Comma list of autoscalers (autoscaling.registry): switches to autoscaling mode."),
@@ -140,6 +140,18 @@ def sim(
     explicit = set((cfg.router.model_fields_set if config else set()))
     cfg = router_config_for(cfg, prof, explicit)
 
+    if workload == "noisy-neighbour" and trace is None:
+        from cli.noisy import sim_noisy
+        from simulator.noisy_neighbour import NoisyMix
+
+        engine = EngineSettings(
+            block_size=prof.block_size, kv_blocks=kv_blocks or prof.kv_cache_tokens // prof.block_size,
+            max_num_seqs=max_num_seqs or cfg.engine.max_num_seqs,
+            max_batched_tokens=max_batched_tokens or cfg.engine.max_num_batched_tokens,
+            long_prefill_tokens=cfg.engine.long_prefill_token_threshold if long_prefill_tokens is None else long_prefill_tokens)
+        mix = NoisyMix(system_tokens, question_tokens, output_tokens, duration_s=phase_s)
+        sim_noisy(SimSetup(None, prof, engine, cfg, replicas, seed), mix, json_out, console)  # type: ignore[arg-type]
+        return
     if trace is not None:
         wl = load_trace(trace, time_scale=time_scale, max_requests=requests)
     else:

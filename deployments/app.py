@@ -60,7 +60,7 @@ def replica_options(cfg: KVServeConfig) -> dict[str, Any]:
     return opts
 
 
-SOURCE_PACKAGES = ("deployments", "router", "autoscaling", "kvserve", "cluster")  # what the replicas import
+SOURCE_PACKAGES = ("deployments", "router", "autoscaling", "flow", "kvserve", "cluster")  # what the replicas import
 
 
 @functools.cache

@@ -30,6 +30,7 @@ from autoscaling.registry import make_autoscaler
 from autoscaling.window import STAT_PREFIX, metrics_from_stats, metrics_push_interval_s
 import kvserve.profiles
 from kvserve.config import DEFAULT_MODEL, AutoscalingConfig, KVServeConfig, SLOConfig
+from deployments.tier_stats import tier_targets
 from kvserve.perf_model import EngineProfile
 from kvserve.policy_registry import KVSERVE_AUTOSCALING_POLICY
 
@@ -105,11 +106,18 @@ class SLOAutoscalingPolicy:
         self.cfg = AutoscalingConfig.model_validate(dict(autoscaling or {}))
         self.slo = SLOConfig.model_validate(dict(slo or {}))
         engine_profile = EngineProfile.from_dict(dict(profile), source="policy_kwargs") if profile else None
-        self.policy = make_autoscaler(policy, self.cfg.params(), self.slo.params(), engine_profile, max_batch)
+        self._make = lambda targets: make_autoscaler(policy, self.cfg.params(), targets, engine_profile, max_batch)
+        self.targets = self.slo.params()
+        self.policy = self._make(self.targets)
         self.last_reason = ""
         self.last_holds: tuple[str, ...] = ()
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:
+        # Per-tenant SLO tiers: plan for the tightest tier with traffic (the replicas report which).
+        targets = tier_targets(self.slo.params(), replica_stats_from_context(ctx).values())
+        if targets != self.targets:
+            logger.info("kvserve autoscaler: planning for SLO targets %s (tenant tiers with traffic)", targets)
+            self.targets, self.policy = targets, self._make(targets)
         self.policy.set_state(dict((ctx.policy_state or {}).get(STATE_KEY, {})))
         inp = scaling_input_from_context(ctx)
         decision = self.policy.decide(inp)

@@ -29,6 +29,7 @@ from deployments import serve_state
 from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
 from deployments.batch_routes import BatchRoutes, batch_router
+from deployments.flow_gate import Overloaded, flow_gate_for
 from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
                                  validate_model, vllm_errors_as_api_errors)
 from deployments.lazy_fields import materialize_request
@@ -79,6 +80,7 @@ class Ingress(BatchRoutes):
         self._hot_dirty = False
         if self.cfg.autoscaling.warm_prefixes:
             self._hot_task = asyncio.get_running_loop().create_task(self._post_hot_every(5.0))
+        self.flow = flow_gate_for(self.cfg, self._stats_board)  # None: flow control off (Serve's FIFO)
         await self.renderer()  # load tokenizer + chat template now, not on the first request
         self.start_batch()  # the Batch API's store and its lowest-priority worker
 
@@ -273,11 +275,18 @@ class Ingress(BatchRoutes):
         """`interactive`: an HTTP request, which batch lines yield to (deployments.batch_worker.PriorityGate)."""
         tenant = work.tenant
         gate = getattr(self, "batch_gate", None) if interactive else None
-        token, streamed = (gate.interactive_started() if gate else 0), False
+        token, streamed, slot = (gate.interactive_started() if gate else 0), False, None
         try:
             try:
+                flow = getattr(self, "flow", None)
+                if flow:  # replicas saturated: wait in the fair queue (503 past its bounds)
+                    wait = self.cfg.server.max_queue_wait_s
+                    slot = await flow.acquire(work, interactive, None if wait is None else start + wait)
                 gen, meta, kind_item, payload = await self._first_items(
                     work, start, (lambda: gate.interactive_taken(token)) if gate else None)
+            except Overloaded as e:  # the fair queue's bounds (deployments.flow_gate)
+                self._finished(tenant, kind, 503, start, work=work)
+                return e.response()
             except APIError as e:  # lost replicas, retries spent
                 log.error("request %s failed: %s", work.request_id, e.message)
                 self._finished(tenant, kind, e.status, start, work=work)
@@ -303,6 +312,8 @@ class Ingress(BatchRoutes):
                 return JSONResponse(body, status_code=status, headers=headers)
             if kind_item == BODY:
                 self._finished(tenant, kind, 200, start, payload.get("usage"), work=work, replica=replica)
+                if slot:
+                    slot.release((payload.get("usage") or {}).get("completion_tokens"))
                 return JSONResponse(payload, headers=headers)
 
             first_chunk = payload
@@ -328,12 +339,16 @@ class Ingress(BatchRoutes):
                     if not ok:
                         gen.cancel()  # client went away: cancel the replica call -> engine abort
                     finished(tenant, kind, status, start, usage, work=work, replica=replica)
+                    if slot:
+                        slot.release((usage or {}).get("completion_tokens"))
                     if gate:
                         gate.interactive_done(token)
 
             streamed = True
             return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
         finally:
+            if slot and not streamed:  # a stream releases its own slot
+                slot.release()
             if gate:
                 gate.interactive_taken(token)
                 if not streamed:  # a stream reports its own end

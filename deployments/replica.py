@@ -25,6 +25,7 @@ from deployments.errors import APIError, from_vllm, sse_error, vllm_exception
 from deployments.kv_events import KVEventCollector, new_ipc_endpoint
 from deployments.prefill_backlog import PrefillBacklog
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
+from deployments.tier_stats import TierStats
 from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
 from deployments.vllm_compat import get, num_unfinished_requests, preflight
 from kvserve.config import KVServeConfig
@@ -85,6 +86,7 @@ class LLMReplica:
         AsyncEngineArgs, AsyncLLM, init_app_state = get("AsyncEngineArgs"), get("AsyncLLM"), get("init_app_state")
 
         self.window = SignalWindow(look_back_s=self.cfg.autoscaling.look_back_s)
+        self.tiers = TierStats(self.cfg)  # which tenants' SLO tiers sent requests lately (deployments.tier_stats)
         self.counters = COUNTERS
         COUNTERS.on_iteration = self._on_iteration
         engine_args = AsyncEngineArgs.from_cli_args(self.args)
@@ -231,7 +233,7 @@ class LLMReplica:
         c = self.counters
         hit = c.prefix_cache_hits / c.prefix_cache_queries if c.prefix_cache_queries else None
         self.window.set_engine_state(c.waiting, c.running, c.kv_usage, hit)
-        return self.window.to_stats_dict()
+        return {**self.window.to_stats_dict(), **self.tiers.stats()}
 
     async def _post_stats(self) -> None:
         now = time.monotonic()
@@ -278,6 +280,7 @@ class LLMReplica:
         # clamped), so a queue flushed onto this replica reads as the load it was, not a burst.
         waited = max(time.time() - work.submitted_at, 0.0) if work.submitted_at else 0.0
         self.window.on_arrival(work.num_prompt_tokens, waited_s=waited)
+        self.tiers.saw(work.tenant)
         cached = self.kv.prefix_blocks(work.block_hashes) if self.kv else 0
         self.backlog.arrived(work.request_id, work.num_prompt_tokens, cached, self.cfg.engine.block_size)
         _SERVING.set(work.request_id)

@@ -74,5 +74,16 @@ class AutoscalerParams:
 
 COST = CostParams()
 ROUTER = RouterParams()
+@dataclass(frozen=True)
+class FlowParams:
+    """The ingress's flow control (flow/fair_queue.py)."""
+
+    max_per_tenant: int = 64  # queued requests per tenant; beyond: rejected (503)
+    max_total: int = 512  # queued requests in all; beyond: the longest tenant queue loses its newest
+    starvation_limit: int = 8  # dispatches a waiting lower level may be passed over in a row
+    burst_tokens: float = 8192.0  # work a tenant below its share may be served ahead of the backlogged ones
+
+
 SLO = SLOTargets()
+FLOW = FlowParams()
 AUTOSCALER = AutoscalerParams()

@@ -25,8 +25,10 @@ from autoscaling.base import Decision, ReplicaMetrics, ScalingInput, ScalingPoli
 from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
+from flow.fair_queue import QueueFull
 from simulator.engine import DRAINING, GONE, SERVING, STARTING, Device, EngineSettings, Replica, SimRequest
 from simulator.metrics import ItlLog, TrailingPeak, percentile, seconds_per_minute
+from simulator.flow_pending import FlowPending, FlowSim
 from simulator.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.hot_prefixes import HotPrefixTracker, family_key
@@ -59,6 +61,7 @@ class RunResult:
     serving_since: dict[str, float] = field(default_factory=dict)  # replica -> when it first took traffic
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, request, replica) if traced
     replica_seconds_by_minute: list[float] = field(default_factory=list)  # `replica_seconds`, minute by minute
+    overloaded_idx: set[int] = field(default_factory=set)  # requests answered 503 (queue bounds)
 
 
 class Cluster:
@@ -77,6 +80,7 @@ class Cluster:
         on_progress: Callable[[int, int], None] | None = None,
         max_ongoing: int | None = None,
         max_queued: int | None = None,
+        flow: FlowSim | None = None,
     ) -> None:
         self.workload = workload
         self.profile = profile
@@ -103,7 +107,11 @@ class Cluster:
         # waits at the router (in `pending`, FIFO) until one has room, as it does live.
         self.max_ongoing = max_ongoing
         self.max_queued = max_queued if max_queued is not None and max_queued >= 0 else None  # beyond it, 503
-        self.pending: deque[SimRequest] = deque()  # arrived while no replica was routable or had room
+        self.pending: deque[SimRequest] | FlowPending = deque()  # arrived while no replica was routable or had room
+        self.flow = flow
+        if flow is not None:  # the ingress's fair queue instead of Serve's FIFO (simulator.flow_pending)
+            self.pending = FlowPending(flow, self._cached_tokens)
+        self.overloaded_idx: set[int] = set()
         self.pending_peak = TrailingPeak()  # what Serve's `total_queued_requests` reports
         self.itl = ItlLog()
         self.open = len(self.reqs)
@@ -190,7 +198,21 @@ class Cluster:
         self._drain_pending(now)
 
     def _has_room(self, rid: str) -> bool:
-        return self.max_ongoing is None or self.replicas[rid].ongoing < self.max_ongoing
+        ongoing = self.replicas[rid].ongoing
+        if self.flow is not None and ongoing >= self.flow.slots_per_replica:
+            return False
+        return self.max_ongoing is None or ongoing < self.max_ongoing
+
+    def _cached_tokens(self, req: SimRequest) -> int:
+        best = max((self.replicas[rid].kv.cached_prefix(req.block_hashes) for rid in self.loads), default=0)
+        return min(best * self.engine.block_size, req.prompt_tokens)
+
+    def _turn_away(self, req: SimRequest, now: float) -> None:
+        """503: a queue bound (Serve's max_queued_requests, or the fair queue's)."""
+        req.failed, req.finished = True, now
+        self.overloaded += 1
+        self.overloaded_idx.add(req.idx)
+        self._closed(now)
 
     def _drain_pending(self, now: float) -> None:
         while self.pending and any(self._has_room(rid) for rid in self.loads):
@@ -198,11 +220,19 @@ class Cluster:
         self.pending_peak.set(len(self.pending), now)
 
     def _wait_at_router(self, req: SimRequest, now: float) -> None:
+        if isinstance(self.pending, FlowPending):
+            try:
+                evicted = self.pending.push(req, now)
+            except QueueFull:
+                self._turn_away(req, now)
+                return
+            if evicted is not None:
+                self._turn_away(evicted, now)
+            self.pending_peak.set(len(self.pending), now)
+            return
         if self.max_queued is not None and len(self.pending) >= self.max_queued:
             # Serve's `max_queued_requests`: the caller gets a 503 at once rather than a wait.
-            req.failed, req.finished = True, now
-            self.overloaded += 1
-            self._closed(now)
+            self._turn_away(req, now)
             return
         self.pending.append(req)
         self.pending_peak.set(len(self.pending), now)
@@ -237,6 +267,8 @@ class Cluster:
         if self.pending or not any(self._has_room(rid) for rid in self.loads):
             self._wait_at_router(req, now)  # FIFO: no overtaking the requests already waiting
             return
+        if isinstance(self.pending, FlowPending):
+            self.pending.charge(req)
         self._route(req, now)
 
     def _route(self, req: SimRequest, now: float) -> None:
@@ -273,6 +305,8 @@ class Cluster:
         self.end_time = max(self.end_time, now)
         self._log(now, "finished", req, rep.rid)
         self.policy.on_finished(req.route, rep.rid, now)  # type: ignore[arg-type]
+        if isinstance(self.pending, FlowPending):
+            self.pending.finished(req)
         self._closed(now)
 
     def _closed(self, now: float) -> None:
@@ -485,4 +519,5 @@ class Cluster:
             serving_since=dict(self.serving_since),
             events=self.events,
             replica_seconds_by_minute=seconds_per_minute(spans, end),
+            overloaded_idx=self.overloaded_idx,
         )

@@ -27,6 +27,7 @@ from simulator.oracle import (
     infinite_hit_rate, oracle_hit_rate, oracle_replica_seconds, per_minute_ok, ttft_lower_bounds_ms,
 )
 from simulator.partition_oracle import best_static_partition
+from simulator.slo_tiers import TieredTargets
 from simulator.workloads import SimWorkload
 
 ROUTING_KEYS = (
@@ -168,9 +169,12 @@ def _split(summary: dict[str, dict[str, Any]], keys: tuple[str, ...], section: s
 
 
 def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Progress | None = None) -> RunResult:
+    def make(targets):  # type: ignore[no-untyped-def]
+        return make_autoscaler(name, setup.cfg.autoscaling.params(), targets, setup.profile, setup.engine.max_num_seqs)
+
+    # Per-tenant SLO tiers (simulator.slo_tiers): the policy's targets follow the tightest tier with traffic.
     sc = ScalingSetup(
-        make_autoscaler(name, setup.cfg.autoscaling.params(), setup.cfg.slo.params(), setup.profile,
-                        setup.engine.max_num_seqs),
+        TieredTargets(make, setup.cfg, setup.workload.requests),  # type: ignore[arg-type]
         setup.cfg.autoscaling,
         setup.engine_start_s,
         setup.decision_interval_s,

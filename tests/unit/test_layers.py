@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("kvserve", "router", "autoscaling", "deployments", "simulator", "bench", "cluster", "cli")
+PACKAGES = ("kvserve", "router", "autoscaling", "flow", "deployments", "simulator", "bench", "cluster", "cli")
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
