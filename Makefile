@@ -6,11 +6,19 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
 
-.PHONY: install serve test test-fast model clean \
+.PHONY: install install-system serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling bench-live-autoscaling \
 	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch
 
-install: $(STAMP)
+install: install-system $(STAMP)
+
+# The system step: Prometheus, which the dashboard's integration test runs for real
+# (tests/integration/test_prometheus_dashboard.py). Debian/Ubuntu package; elsewhere, install it yourself.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+install-system:
+	@command -v prometheus >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 \
+	  && $(SUDO) apt-get install -y --no-install-recommends prometheus \
+	  || echo "install-system: install Prometheus yourself (the dashboard test needs it on PATH)"; }
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

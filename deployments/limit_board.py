@@ -21,8 +21,9 @@ from router.tenant_limits import Decision, Limits, Need, TenantLimiter
 BOARD_NAMESPACE = "kvserve"
 
 
-@ray.remote(num_cpus=0)
-class LimitBoard:
+class Limiters:
+    """Every tenant's TenantLimiter (the actor's body; a plain class, so tests can drive it)."""
+
     def __init__(self) -> None:
         self._tenants: dict[str, TenantLimiter] = {}
 
@@ -45,6 +46,9 @@ class LimitBoard:
     def charge(self, tenant: str, limits: Limits, tokens: int) -> None:
         now = time.monotonic()
         self._limiter(tenant, limits, now).charge(tokens, now)
+
+
+LimitBoard = ray.remote(num_cpus=0)(Limiters)
 
 
 def limit_board(app_name: str):

@@ -157,3 +157,38 @@ def test_keys_file_classes_are_read_and_an_unknown_one_names_the_entry(tmp_path)
     assert tenant_classes(cfg) == {"acme": "gold"}
     with pytest.raises(ValueError, match=r"keys.yaml\[0\] \(tenant 'acme'\): unknown class 'gold'"):
         tenant_classes(TenantsConfig(keys_file=str(f)))
+
+
+def test_a_wall_clock_jump_unlocks_no_limit(monkeypatch):
+    """The board reads the monotonic clock: the wall clock a day ahead (NTP step, VM resume) refills nothing."""
+    import time
+
+    from deployments.limit_board import Limiters
+
+    board, limits = Limiters(), Limits(requests_per_min=2)
+    assert all(board.acquire("acme", limits, Need(1, 0, 1), Need()).admitted for _ in range(2))
+    real = time.time()
+    monkeypatch.setattr(time, "time", lambda: real + 86_400)
+    d = board.acquire("acme", limits, Need(1, 0, 1), Need())
+    assert not d.admitted and 29 <= d.retry_after_s <= 30
+
+
+def test_limits_hold_across_ingress_replicas():
+    """Two ingresses sharing one board admit, between them, what one tenant's limit allows."""
+    now = [0.0]
+    board = _Board(lambda: now[0])
+    classes = {"default": TenantClass(), "small": TenantClass(requests_per_min=100, max_concurrent=100)}
+    ingresses = [IngressLimits(classes, {"acme": "small"}, lambda: board, 2048, clock=lambda: now[0])
+                 for _ in range(2)]
+    admitted = 0
+    for i in range(300):
+        try:
+            _admit(ingresses[i % 2], f"r{i}")
+            admitted += 1
+        except RateLimited:
+            pass
+    assert admitted <= 100 and admitted >= 90  # a lease still held by one ingress is not lost for good ...
+    for ing in ingresses:
+        now[0] += 2.0  # ... it goes back when it expires
+        ing.sweep()
+    assert board.tenants["acme"].in_flight == admitted  # slots of the running requests, none leaked
