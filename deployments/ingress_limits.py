@@ -66,7 +66,8 @@ class IngressLimits:
                  max_model_len: int, clock: Callable[[], float] = time.monotonic, ttl_s: float = LEASE_TTL_S) -> None:
         self._limits = {name: class_limits(c) for name, c in classes.items()}
         self._class_of = tenant_class
-        self._board = board  # -> the LimitBoard handle (made on first use: no actor when no tenant has limits)
+        self._make_board = board  # -> the LimitBoard handle (made on first use: no actor when no tenant has limits)
+        self._handle: Any = None
         self._max_model_len = max_model_len
         self._clock = clock
         self._ttl_s = ttl_s
@@ -99,8 +100,9 @@ class IngressLimits:
             give_back = lease.drain() if lease else Need()
             try:
                 d: Decision = await self._board().acquire.remote(tenant, limits, need, give_back)
-            except Exception:  # the board is gone (a restart brings it back): serve rather than refuse all
+            except Exception:  # the board is gone: serve rather than refuse all; the next call makes a new one
                 log.exception("tenant limits unavailable; admitting %s unchecked", tenant)
+                self._handle = None
                 return None
             if not d.admitted:
                 raise RateLimited(tenant, limits, need, d)
@@ -137,6 +139,11 @@ class IngressLimits:
             self._give_back(adm.tenant, adm.limits, back)
         if used > reserved:
             self._board().charge.remote(adm.tenant, adm.limits, used - reserved)
+
+    def _board(self) -> Any:
+        if self._handle is None:  # a name lookup in Ray's GCS: once, not per request
+            self._handle = self._make_board()
+        return self._handle
 
     def _give_back(self, tenant: str, limits: Limits, amount: Need) -> None:
         if amount != Need():
