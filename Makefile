@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install install-system serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-limits
 
 install: install-system $(STAMP)
 
@@ -120,6 +120,12 @@ bench-sim-routing: install
 
 # The kvserve routing core's per-decision latency (rank + on_routed, with the simulator's load and
 # footprint state), 64 and 1,000 replicas; at 1,000 also scoring every replica.
+# Tenant limits' cost per request at the ingress (admission + settling) on a local Ray: no cluster needed.
+bench-limits: install
+	@mkdir -p $(WORK)
+	$(BIN)/python -m bench.limits_overhead --requests 3000 --json $(WORK)/limits-overhead.json
+	$(COLLECT) $(RESULTS)/limits-overhead-cpu.json limits=$(WORK)/limits-overhead.json
+
 bench-micro: install
 	@mkdir -p $(WORK)
 	$(KV) bench micro --replicas 64 --blocks 10000 --decisions 5000 > $(WORK)/micro-64.json
