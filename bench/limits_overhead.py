@@ -5,9 +5,11 @@ actor on a local Ray, one request at a time on one event loop, as the ingress ru
 
 - `off`: the tenant's class has no limits (the default): a dict lookup.
 - `lease`: far from its limits (600,000 requests/min, 10^9 tokens/min, 10,000 in flight):
-  requests spend the ingress's local lease; about one in 10 asks the board (a new lease).
+  requests spend the ingress's local lease (the board is asked for a new one now and then).
 - `board`: leases disabled (they expire at once), as for a tenant near a limit: every request
-  is one actor round trip.
+  is one actor round trip (and its settling another, not awaited).
+- `refused`: a tenant flooding past its limit (1 request/min): the ingress refuses it itself
+  until the board's Retry-After has passed.
 
 Wall time of `admit` per request (the latency a request sees) and CPU time of `admit` + `finish`.
 
@@ -25,7 +27,7 @@ from typing import Optional
 
 import typer
 
-from deployments.ingress_limits import IngressLimits
+from deployments.ingress_limits import IngressLimits, RateLimited
 from kvserve.config import TenantClass
 
 USAGE = {"prompt_tokens": 500, "completion_tokens": 100}
@@ -41,7 +43,10 @@ async def _run(limits: IngressLimits, tenant: str, n: int) -> dict[str, float]:
     for i in range(n):
         rid = f"r{i}"
         c0, t0 = time.process_time(), time.perf_counter()
-        await limits.admit(rid, tenant, 500, 200)
+        try:
+            await limits.admit(rid, tenant, 500, 200)
+        except RateLimited:
+            pass
         t1 = time.perf_counter()
         limits.finish(rid, 200, USAGE)
         c1 = time.process_time()
@@ -63,8 +68,9 @@ def main(requests: int = typer.Option(3000, help="Requests per case."),
     try:
         board = LimitBoard.options(name="limits-bench").remote()
         classes = {"default": TenantClass(),
-                   "big": TenantClass(requests_per_min=600_000, tokens_per_min=1_000_000_000, max_concurrent=10_000)}
-        tenants = {"off": "default", "lease": "big", "board": "big"}
+                   "big": TenantClass(requests_per_min=600_000, tokens_per_min=1_000_000_000, max_concurrent=10_000),
+                   "tiny": TenantClass(requests_per_min=1)}
+        tenants = {"off": "default", "lease": "big", "board": "big", "refused": "tiny"}
 
         async def all_cases() -> dict[str, dict[str, float]]:
             out = {}

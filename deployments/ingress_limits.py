@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from deployments.errors import APIError, error_body
 from deployments.tenant_classes import DEFAULT_CLASS
 from kvserve.config import TenantClass
-from router.limit_lease import LocalLease
+from router.limit_lease import LocalLease, Refusal
 from router.tenant_limits import Decision, Limits, Need, rate_limit_headers, retry_after_header
 
 log = logging.getLogger("kvserve.limits")
@@ -73,6 +73,7 @@ class IngressLimits:
         self._ttl_s = ttl_s
         self._leases: dict[str, LocalLease] = {}
         self._open: dict[str, Admission] = {}  # request id -> its admission, until it ends
+        self._refused: dict[str, Refusal] = {}  # tenant -> the board's last refusal, while it lasts
         self._sweeper: asyncio.Task | None = None
 
     def limits_for(self, tenant: str) -> Limits | None:
@@ -94,6 +95,9 @@ class IngressLimits:
             return None
         need = self.need(prompt_tokens, max_output_tokens)
         now = self._clock()
+        refusal = self._refused.get(tenant)
+        if refusal is not None and refusal.applies(need, now):
+            raise RateLimited(tenant, limits, need, refusal.decision(now))
         lease = self._leases.get(tenant)
         snap = lease.try_take(need, now) if lease else None
         if snap is None:
@@ -105,6 +109,9 @@ class IngressLimits:
                 self._handle = None
                 return None
             if not d.admitted:
+                if d.reason != "concurrency":
+                    now = self._clock()
+                    self._refused[tenant] = Refusal(d.reason, need, now + d.retry_after_s, d.snapshot, now)
                 raise RateLimited(tenant, limits, need, d)
             now = self._clock()
             lease = self._leases.get(tenant)  # another request may have installed one meanwhile
@@ -132,6 +139,8 @@ class IngressLimits:
         else:
             used = 0 if status >= 400 and status != 499 else reserved
         back = Need(slots=1, tokens=max(reserved - used, 0))
+        if back.tokens and getattr(self._refused.get(adm.tenant), "reason", None) == "tokens":
+            del self._refused[adm.tenant]  # tokens came back: the next request asks again
         lease = self._leases.get(adm.tenant)
         if lease is not None and lease.live(self._clock()):
             lease.give(back)

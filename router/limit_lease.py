@@ -9,9 +9,9 @@ leases are at most a tenth of a limit each, and only while the tenant is far fro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from router.tenant_limits import Limits, Need, Snapshot
+from router.tenant_limits import Decision, Limits, Need, Snapshot
 
 
 def limited(limits: Limits, need: Need) -> Need:
@@ -65,3 +65,29 @@ class LocalLease:
                                     since)
         tok, tok_reset = _remaining(self.limits.tokens_per_min, self.base.remaining_tokens, self.held.tokens, since)
         return Snapshot(self.limits.requests_per_min, req, req_reset, self.limits.tokens_per_min, tok, tok_reset)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The shared limiter refused a tenant for `reason` until `until`: the ingress refuses the same
+    requests itself until then, so a tenant flooding past its limit costs no round trip per request.
+    Concurrency refusals are not kept: a slot comes back whenever a request ends."""
+
+    reason: str
+    need: Need
+    until: float
+    snapshot: Snapshot
+    at: float
+
+    def applies(self, need: Need, now: float) -> bool:
+        if not self.at <= now < self.until:
+            return False
+        return self.reason == "requests" or (self.reason == "tokens" and need.tokens >= self.need.tokens)
+
+    def decision(self, now: float) -> Decision:
+        """The refusal as of `now`: the same limits, less time to wait."""
+        gone = now - self.at
+        s = self.snapshot
+        snap = replace(s, reset_requests_s=None if s.reset_requests_s is None else max(s.reset_requests_s - gone, 0.0),
+                       reset_tokens_s=None if s.reset_tokens_s is None else max(s.reset_tokens_s - gone, 0.0))
+        return Decision(False, snap, self.until - now, self.reason)

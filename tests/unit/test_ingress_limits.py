@@ -192,3 +192,37 @@ def test_limits_hold_across_ingress_replicas():
         now[0] += 2.0  # ... it goes back when it expires
         ing.sweep()
     assert board.tenants["acme"].in_flight == admitted  # slots of the running requests, none leaked
+
+
+def test_a_tenant_flooding_past_its_limit_is_refused_here_without_asking_the_board():
+    now = [0.0]
+    lim, board = _limits(TenantClass(requests_per_min=2, tokens_per_min=10_000), now)
+    _admit(lim, "r1")
+    _admit(lim, "r2")
+    with pytest.raises(RateLimited) as first:
+        _admit(lim, "r3")
+    calls = board.calls
+    now[0] += 10.0
+    for i in range(50):
+        with pytest.raises(RateLimited) as err:
+            _admit(lim, f"f{i}")
+    assert board.calls == calls  # refused at the ingress, with the wait that is left
+    assert first.value.headers["Retry-After"] == "30" and err.value.headers["Retry-After"] == "20"
+    assert err.value.headers["x-ratelimit-reset-requests"] == "50s"
+    now[0] += 20.0
+    assert _admit(lim, "r4") is not None and board.calls == calls + 1
+
+
+def test_a_token_refusal_is_asked_again_once_tokens_come_back():
+    now = [0.0]
+    lim, board = _limits(TenantClass(tokens_per_min=2000), now)
+    _admit(lim, "r1", prompt=100, max_tokens=800)
+    with pytest.raises(RateLimited):
+        _admit(lim, "r2", prompt=100, max_tokens=1400)
+    assert _admit(lim, "small", prompt=10, max_tokens=10) is not None  # a smaller request is still asked
+    calls = board.calls
+    with pytest.raises(RateLimited):
+        _admit(lim, "r3", prompt=100, max_tokens=1400)
+    assert board.calls == calls  # the same size again: refused here
+    lim.finish("r1", 200, {"prompt_tokens": 100, "completion_tokens": 10})  # 790 of its 900 come back
+    assert _admit(lim, "r4", prompt=100, max_tokens=1400) is not None
