@@ -6,11 +6,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
 
-.PHONY: install serve test test-fast model clean \
+.PHONY: install install-system serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling sim-autoscaling-suite bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-noisy
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-noisy bench-limits
 
-install: $(STAMP)
+install: install-system $(STAMP)
+
+# The system step: Prometheus, which the dashboard's integration test runs for real
+# (tests/integration/test_prometheus_dashboard.py). Debian/Ubuntu package; elsewhere, install it yourself.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+install-system:
+	@command -v prometheus >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 \
+	  && { $(SUDO) apt-get install -y --no-install-recommends prometheus \
+	       || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y --no-install-recommends prometheus; }; } \
+	  || echo "install-system: install Prometheus yourself (the dashboard test needs it on PATH)"; }
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -119,6 +128,12 @@ bench-sim-routing: install
 
 # The kvserve routing core's per-decision latency (rank + on_routed, with the simulator's load and
 # footprint state), 64 and 1,000 replicas; at 1,000 also scoring every replica.
+# Tenant limits' cost per request at the ingress (admission + settling) on a local Ray: no cluster needed.
+bench-limits: install
+	@mkdir -p $(WORK)
+	$(BIN)/python -m bench.limits_overhead --requests 3000 --json $(WORK)/limits-overhead.json
+	$(COLLECT) $(RESULTS)/limits-overhead-cpu.json limits=$(WORK)/limits-overhead.json
+
 bench-micro: install
 	@mkdir -p $(WORK)
 	$(KV) bench micro --replicas 64 --blocks 10000 --decisions 5000 > $(WORK)/micro-64.json

@@ -25,6 +25,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 # Label filters bound to the template variables.
 TENANT = 'tenant=~"$tenant"'
+TENANT_CLASS = 'tenant=~"$tenant",class=~"$class"'
 REPLICA = 'replica=~"$replica"'
 
 
@@ -39,6 +40,11 @@ def _per_replica(metric: str) -> str:
 
 def _quantile(q: float) -> str:
     return f"histogram_quantile({q}, sum by (kind, le) ({_rate(f'kvserve_request_seconds_bucket{{{TENANT}}}')}))"
+
+
+def _tenant_quantile(q: float, histogram: str) -> str:
+    return (f"histogram_quantile({q}, sum by (tenant, class, le) "
+            f"({_rate(f'{histogram}_bucket{{{TENANT_CLASS}}}')}))")
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ def _rows(slo: SLOConfig) -> tuple[Row, ...]:
             Panel("ITL p90 per replica (rolling)", ((_per_replica("kvserve_replica_itl_p90_ms"), "{{replica}}"),),
                   unit="ms", slo=slo.itl_p90_ms, description=f"SLO line: slo.itl_p90_ms = {slo.itl_p90_ms:g} ms."),
         )),
+        _tenants_row(),
         Row("Engines", (
             Panel("Waiting per replica", ((_per_replica("kvserve_engine_waiting"), "{{replica}}"),), width=6),
             Panel("Running per replica", ((_per_replica("kvserve_engine_running"), "{{replica}}"),), width=6),
@@ -119,6 +126,37 @@ def _rows(slo: SLOConfig) -> tuple[Row, ...]:
                   fraction=True, width=12, description="From response usage: non-streamed requests, and streams that ask for usage."),
         )),
     )
+
+
+def _tenants_row() -> Row:
+    """Per tenant (and its class, tenants.classes): what it sends, what it is refused, what it gets."""
+    by = "sum by (tenant, class)"
+    requests = _rate(f"kvserve_requests_total{{{TENANT_CLASS}}}")
+    limited = _rate(f'kvserve_requests_total{{{TENANT_CLASS},status="429"}}')
+    return Row("Tenants", (
+        Panel("Requests by tenant and status",
+              ((f"sum by (tenant, class, status) ({requests})", "{{tenant}} ({{class}}) {{status}}"),),
+              unit="reqps", description="429: over the tenant's limits (tenants.classes); 503: overload."),
+        Panel("Rate-limited share by tenant",
+              ((f"({by} ({limited}) or {by} ({requests}) * 0) / {by} ({requests})", "{{tenant}} ({{class}})"),),
+              fraction=True, description="Share of the tenant's requests answered 429 (requests/min, tokens/min "
+              "or max_concurrent)."),
+        Panel("Tokens by tenant",
+              tuple((f"{by} ({_rate(f'kvserve_{m}_total{{{TENANT_CLASS}}}')})", f"{{{{tenant}}}} {label}")
+                    for m, label in (("prompt_tokens", "prompt"), ("cached_prompt_tokens", "cached"),
+                                     ("completion_tokens", "completion"))),
+              unit="short", description="Tokens a second from each response's usage (every stream included)."),
+        Panel("Tenant TTFT p90", ((_tenant_quantile(0.9, "kvserve_ttft_seconds"), "{{tenant}} ({{class}})"),),
+              unit="s", description="At the ingress, streamed requests."),
+        Panel("Tenant ITL p90", ((_tenant_quantile(0.9, "kvserve_itl_seconds"), "{{tenant}} ({{class}})"),),
+              unit="s", description="Gaps between a stream's chunks, at the ingress."),
+        Panel("Tenant queue wait p90",
+              ((_tenant_quantile(0.9, "kvserve_queue_wait_seconds"), "{{tenant}} ({{class}})"),),
+              unit="s", description="From arrival at the ingress until a replica took the request."),
+        Panel("Tenant end-to-end p90",
+              ((_tenant_quantile(0.9, "kvserve_request_seconds"), "{{tenant}} ({{class}})"),),
+              unit="s", width=24, height=7, description="Until the last byte, every kind of request."),
+    ))
 
 
 def _field_config(p: Panel) -> dict[str, Any]:
@@ -190,6 +228,7 @@ def build_dashboard(slo: SLOConfig | None = None) -> dict[str, Any]:
             datasource,
             _variable("replica", "Replica", "label_values(kvserve_engine_running, replica)"),
             _variable("tenant", "Tenant", "label_values(kvserve_requests_total, tenant)"),
+            _variable("class", "Tenant class", "label_values(kvserve_requests_total, class)"),
         ]},
         "panels": _layout(_rows(slo)),
     }

@@ -32,11 +32,15 @@ from deployments.batch_routes import BatchRoutes, batch_router
 from deployments.flow_gate import Overloaded, flow_gate_for
 from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
                                  validate_model, vllm_errors_as_api_errors)
+from deployments.ingress_limits import IngressLimits
 from deployments.lazy_fields import materialize_request
+from deployments.limit_board import limit_board
 from deployments.metrics import IngressMetrics
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.request_checks import check_choices, check_context, check_messages
 from deployments.stats_board import board
+from deployments.stream_usage import HIDE_USAGE, ask_usage
+from deployments.tenant_classes import tenant_classes
 from deployments.tenant_salt import request_salt
 from deployments.vllm_args import apply_engine_env, engine_cli_args, parse_vllm_args
 from deployments.vllm_compat import get, init_renderer, validate_token_ids
@@ -72,7 +76,10 @@ class Ingress(BatchRoutes):
         install_openapi(app, self.cfg)  # /openapi.json with vLLM's request models and our limits
         self.llm = llm_handle
         self.auth = TenantAuth(self.cfg.tenants)
-        self.metrics = IngressMetrics()
+        classes = tenant_classes(self.cfg.tenants)
+        self.metrics = IngressMetrics(classes)
+        self.limits = IngressLimits(self.cfg.tenants.classes, classes, lambda: limit_board(self.cfg.app_name),
+                                    self.cfg.model.max_model_len)
         self.access = AccessLog(prompts=self.cfg.logging.prompts)
         self._renderer = None
         self._board = None
@@ -153,6 +160,7 @@ class Ingress(BatchRoutes):
         salt = request_salt(tenant, data.get("cache_salt"), self.cfg.tenants.cache_isolation)
         if salt != data.get("cache_salt"):
             data = {**data, "cache_salt": salt}
+        data, hide_usage = ask_usage(data)  # limits and metrics settle with every stream's usage
         with vllm_errors_as_api_errors():
             req = validate_model(model_cls, data)
             materialize_request(req)  # lazily validated iterables -> lists (picklable, re-readable)
@@ -182,6 +190,8 @@ class Ingress(BatchRoutes):
         common = dict(request_id=rid, body=data, request=req, engine_inputs=list(engine_inputs), block_hashes=hashes,
                       num_prompt_tokens=len(tokens), tenant=tenant, submitted_at=time.time(),
                       expected_output_tokens=(completion_tokens or 0) * (req.n or 1))
+        if hide_usage:
+            common["extra"] = {HIDE_USAGE: True}
         if kind == "chat":
             return ChatWork(conversation=list(conversation), messages=data.get("messages", []), **common)
         return CompletionWork(prompt=data.get("prompt", ""), **common)
@@ -214,6 +224,8 @@ class Ingress(BatchRoutes):
         """A request is answered: count it (metrics) and write its access line."""
         seconds = time.monotonic() - start
         self.metrics.request_done(tenant, kind, status, seconds, usage)
+        if work is not None and getattr(self, "limits", None):
+            self.limits.finish(work.request_id, status, usage)
         self.access.request_done(tenant, kind, status, seconds, work=work, body=body, replica=replica, usage=usage)
 
     async def serve_openai(self, kind: str, request: Request):
@@ -224,10 +236,15 @@ class Ingress(BatchRoutes):
             data = await self._read_json(request)
             self._check_limits(kind, data)
             work = await self._render(kind, data, tenant)
-        except APIError as e:
+            admitted = await self.limits.admit(work.request_id, tenant, work.num_prompt_tokens,
+                                               work.expected_output_tokens)
+        except APIError as e:  # a tenant limit's 429 too (with Retry-After and x-ratelimit-* headers)
             self._finished(tenant, kind, e.status, start, body=data)
             return e.response()
-        return await self._dispatch(kind, work, start)
+        response = await self._dispatch(kind, work, start)
+        if admitted is not None:
+            response.headers.update(admitted.headers)  # OpenAI's x-ratelimit-*, on every answer
+        return response
 
     async def _first_items(self, work: ChatWork | CompletionWork, start: float,
                            on_taken: Any = None) -> tuple[Any, dict, str, Any]:
@@ -247,6 +264,7 @@ class Ingress(BatchRoutes):
                 wait = self.cfg.server.max_queue_wait_s
                 left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
                 _, meta = await asyncio.wait_for(gen.__anext__(), left)
+                self.metrics.taken(work.tenant, time.monotonic() - start)
                 if on_taken:
                     on_taken()  # a replica has it: batch lines may run beside it
                 kind_item, payload = await gen.__anext__()
@@ -318,6 +336,9 @@ class Ingress(BatchRoutes):
 
             first_chunk = payload
             finished = self._finished
+            timer = self.metrics.stream_timer(tenant, start)
+            timer.chunk()
+            hide_usage = work.extra.get(HIDE_USAGE, False)
 
             async def stream():
                 ok, status, usage = False, 499, stream_usage(first_chunk)
@@ -326,7 +347,13 @@ class Ingress(BatchRoutes):
                     try:
                         async for item_kind, chunk in gen:
                             if item_kind == SSE:
-                                usage = stream_usage(chunk) or usage  # the last chunk has it, if the client asked
+                                chunk_usage = stream_usage(chunk)  # the last chunk has it (deployments.stream_usage)
+                                if chunk_usage:
+                                    usage = chunk_usage
+                                    if hide_usage:
+                                        continue
+                                elif not (isinstance(chunk, str) and chunk.startswith("data: [DONE]")):
+                                    timer.chunk()
                                 yield chunk
                     except Exception as e:  # the replica was lost mid-stream: the client gets an error event
                         log.error("request %s: replica %s lost mid-stream (%s)", work.request_id, replica,

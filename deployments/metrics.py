@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+
+UNKNOWN_CLASS = "unknown"  # a tenant with no class: requests without a valid key
 
 # Cumulative engine counts each replica reports: exported as counters (`<name>_total`), so rate()
 # applies and a replica's restart reads as a counter reset. name -> (stats key, help).
@@ -14,6 +17,22 @@ ENGINE_COUNTERS = {
     "kvserve_engine_prefix_cache_queries": ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache."),
     "kvserve_engine_prefix_cache_hits": ("prefix_cache_hits", "Prompt tokens found in the prefix cache."),
 }
+
+
+class StreamTimer:
+    """One stream's TTFT (its first chunk) and ITL (each gap between chunks), on the monotonic clock."""
+
+    def __init__(self, ttft: Histogram, itl: Histogram, start: float) -> None:
+        self._ttft, self._itl, self._last = ttft, itl, None
+        self._start = start
+
+    def chunk(self) -> None:
+        now = time.monotonic()
+        if self._last is None:
+            self._ttft.observe(now - self._start)
+        else:
+            self._itl.observe(now - self._last)
+        self._last = now
 
 
 class _EngineCounters(Collector):
@@ -30,20 +49,35 @@ class _EngineCounters(Collector):
             yield family
 
 
+# Per-request latency buckets (seconds): TTFT and end-to-end from 10 ms to minutes, ITL finer.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2)
+TENANT_LABELS = ["tenant", "class"]
+
+
 class IngressMetrics:
-    def __init__(self) -> None:
+    """Every per-request series is labelled by tenant and its class (tenants.classes)."""
+
+    def __init__(self, tenant_class: Mapping[str, str] | None = None) -> None:
+        self.tenant_class = dict(tenant_class or {})
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("kvserve_requests", "Requests by tenant, endpoint kind and status.",
-                                ["tenant", "kind", "status"], registry=r)
-        self.latency = Histogram("kvserve_request_seconds", "Ingress-side request latency (to the last byte for "
-                                 "streams).", ["tenant", "kind"], registry=r,
-                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128))
-        self.prompt_tokens = Counter("kvserve_prompt_tokens", "Prompt tokens of requests whose response has usage "
-                                     "(non-streamed, or streamed with stream_options.include_usage).",
-                                     ["tenant"], registry=r)
+        t = TENANT_LABELS
+        self.requests = Counter("kvserve_requests", "Requests by tenant, class, endpoint kind and status (429: over "
+                                "a tenant limit; 503: overload).", [*t, "kind", "status"], registry=r)
+        self.latency = Histogram("kvserve_request_seconds", "Ingress-side request latency, end to end (to the last "
+                                 "byte for streams).", [*t, "kind"], registry=r, buckets=LATENCY_BUCKETS)
+        self.queue_wait = Histogram("kvserve_queue_wait_seconds", "From the request's arrival at the ingress until "
+                                    "a replica took it.", t, registry=r, buckets=LATENCY_BUCKETS)
+        self.ttft = Histogram("kvserve_ttft_seconds", "Time to first token, at the ingress (streamed requests).", t,
+                              registry=r, buckets=LATENCY_BUCKETS)
+        self.itl = Histogram("kvserve_itl_seconds", "Inter-token latency: the gap between a stream's chunks, at the "
+                             "ingress.", t, registry=r, buckets=ITL_BUCKETS)
+        self.prompt_tokens = Counter("kvserve_prompt_tokens", "Prompt tokens of requests answered with usage "
+                                     "(every stream asks the engine for it).", t, registry=r)
         self.cached_tokens = Counter("kvserve_cached_prompt_tokens", "Prompt tokens served from the prefix cache.",
-                                     ["tenant"], registry=r)
+                                     t, registry=r)
+        self.completion_tokens = Counter("kvserve_completion_tokens", "Completion tokens generated.", t, registry=r)
         labels = ["replica"]
         self.engine = {
             "waiting": Gauge("kvserve_engine_waiting", "Requests queued in the engine.", labels, registry=r),
@@ -64,13 +98,25 @@ class IngressMetrics:
                                             "ITL p90.", labels, registry=r),
         }
 
+    def _labels(self, tenant: str) -> tuple[str, str]:
+        return tenant, self.tenant_class.get(tenant, UNKNOWN_CLASS)
+
     def request_done(self, tenant: str, kind: str, status: int, seconds: float, usage: dict | None = None) -> None:
-        self.requests.labels(tenant, kind, str(status)).inc()
-        self.latency.labels(tenant, kind).observe(seconds)
+        t = self._labels(tenant)
+        self.requests.labels(*t, kind, str(status)).inc()
+        self.latency.labels(*t, kind).observe(seconds)
         if usage:
-            self.prompt_tokens.labels(tenant).inc(usage.get("prompt_tokens") or 0)
+            self.prompt_tokens.labels(*t).inc(usage.get("prompt_tokens") or 0)
+            self.completion_tokens.labels(*t).inc(usage.get("completion_tokens") or 0)
             details = usage.get("prompt_tokens_details") or {}
-            self.cached_tokens.labels(tenant).inc(details.get("cached_tokens") or 0)
+            self.cached_tokens.labels(*t).inc(details.get("cached_tokens") or 0)
+
+    def taken(self, tenant: str, waited_s: float) -> None:
+        """A replica took the request after `waited_s` at the ingress and the routers."""
+        self.queue_wait.labels(*self._labels(tenant)).observe(waited_s)
+
+    def stream_timer(self, tenant: str, start: float) -> StreamTimer:
+        return StreamTimer(self.ttft.labels(*self._labels(tenant)), self.itl.labels(*self._labels(tenant)), start)
 
     def render(self, replica_stats: list[dict]) -> tuple[bytes, str]:
         for gauges in (self.engine, self.window):

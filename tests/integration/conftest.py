@@ -11,7 +11,11 @@ import pytest
 
 from kvserve.config import KVServeConfig, load_config
 
-KEYS = {"tenant-a": "sk-test-tenant-a", "tenant-b": "sk-test-tenant-b"}
+KEYS = {"tenant-a": "sk-test-tenant-a", "tenant-b": "sk-test-tenant-b",
+        # Tenants whose class has one small limit each (tests/integration/test_tenant_limits.py).
+        "tenant-rpm": "sk-test-tenant-rpm", "tenant-tpm": "sk-test-tenant-tpm", "tenant-conc": "sk-test-tenant-conc"}
+LIMITED = {"tenant-rpm": {"requests_per_min": 3}, "tenant-tpm": {"tokens_per_min": 600},
+           "tenant-conc": {"max_concurrent": 1}}
 MODEL = "smollm2-135m-instruct"
 
 
@@ -50,7 +54,9 @@ def test_config(port: int) -> KVServeConfig:
         "server": {"port": port, "max_body_bytes": 262_144, "max_ongoing_requests": 4, "max_queued_requests": 4},
         "router": {"policy": "kvserve"},
         "tenants": {"open_mode": False,
-                    "keys": [{"tenant": t, "key_sha256": hash_key(k)} for t, k in KEYS.items()]},
+                    "keys": [{"tenant": t, "key_sha256": hash_key(k), "class": t if t in LIMITED else "default"}
+                             for t, k in KEYS.items()],
+                    "classes": LIMITED},
     }, environ={})
 
 

@@ -77,10 +77,10 @@ def test_health_ready_metrics(cluster):
     ready = httpx.get(cluster.url + "/ready")
     assert ready.status_code == 200 and ready.json()["running_replicas"] == 2
     metrics = httpx.get(cluster.url + "/metrics").text
-    assert 'kvserve_requests_total{kind="chat",status="200",tenant="tenant-a"}' in metrics
+    assert 'kvserve_requests_total{class="default",kind="chat",status="200",tenant="tenant-a"}' in metrics
     assert "# TYPE kvserve_engine_prefix_cache_queries_total counter" in metrics
     assert "kvserve_engine_prefix_cache_queries_total{" in metrics
-    assert 'kvserve_request_seconds_count{kind="chat",tenant="tenant-a"}' in metrics
+    assert 'kvserve_request_seconds_count{class="default",kind="chat",tenant="tenant-a"}' in metrics
 
 
 def _ingress_log() -> str:

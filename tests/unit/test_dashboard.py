@@ -35,9 +35,13 @@ def _window_stats() -> dict[str, float]:
 
 
 def _exported_families() -> list:
-    metrics = IngressMetrics()
-    # Labelled counters only appear once used: one finished request with usage fills them all.
-    usage = {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}
+    metrics = IngressMetrics({"team-a": "gold"})
+    # Labelled series only appear once used: one streamed request with usage fills them all.
+    usage = {"prompt_tokens": 40, "completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 32}}
+    metrics.taken("team-a", 0.01)
+    timer = metrics.stream_timer("team-a", 0.0)
+    timer.chunk()
+    timer.chunk()
     metrics.request_done("team-a", "chat", 200, 0.3, usage)
     replica = {"replica_id": "r1", "waiting": 1, "running": 2, "kv_usage": 0.4, "prefix_cache_queries": 100,
                "prefix_cache_hits": 60, "cached_blocks": 7,
@@ -180,3 +184,25 @@ def test_chart_ships_the_dashboard_in_a_valid_configmap():
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["kvserve.json"]) == build_dashboard()
     kubernetes_validate.validate(cm, "1.30", strict=True)
+
+
+def test_every_per_request_series_is_labelled_by_tenant_and_class_and_counters_are_counters():
+    per_request = [f for f in _exported_families() if not f.name.startswith(("kvserve_engine", "kvserve_replica"))]
+    assert {f.name for f in per_request} >= {"kvserve_requests", "kvserve_request_seconds", "kvserve_queue_wait_seconds",
+                                             "kvserve_ttft_seconds", "kvserve_itl_seconds", "kvserve_prompt_tokens",
+                                             "kvserve_cached_prompt_tokens", "kvserve_completion_tokens"}
+    for fam in per_request:
+        for sample in fam.samples:
+            assert sample.labels["tenant"] == "team-a" and sample.labels["class"] == "gold", sample
+        if fam.name.endswith("tokens") or fam.name == "kvserve_requests":
+            assert fam.type == "counter", fam.name
+
+
+def test_the_tenants_row_reads_each_per_tenant_series_by_tenant_and_class():
+    rows = [p["title"] for p in build_dashboard()["panels"] if p["type"] == "row"]
+    assert "Tenants" in rows
+    queries = " ".join(t["expr"] for p in build_dashboard()["panels"] if p["type"] != "row" for t in p["targets"])
+    for metric in ("kvserve_ttft_seconds_bucket", "kvserve_itl_seconds_bucket", "kvserve_queue_wait_seconds_bucket",
+                   "kvserve_completion_tokens_total", 'status="429"'):
+        assert metric in queries
+    assert 'class=~"$class"' in queries
