@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-scenario
 
 install: $(STAMP)
 
@@ -66,6 +66,12 @@ bench-batch: install
 	$(KV) bench --url $(URL) --sweep batch --batch 1,4,8,16,32 --question-tokens 128 --output-tokens 64 \
 		--json $(RESULTS)/batch-sweep-cpu.json --plot $(IMG)/batch-sweep-cpu.png
 	$(BIN)/python -m bench.batch_interference --url $(URL) --json $(RESULTS)/batch-interference-cpu.json
+
+# Scenario presets, each on its own workload against a contrast preset (docs/SCENARIOS.md; ~10 min on
+# CPU). Redeploys the running 1-replica cluster once per preset, then restores its config.
+bench-scenario: install
+	$(call need_cluster,KVSERVE_NUM_REPLICAS=1 make serve)
+	$(KV) bench --url $(URL) --sweep scenario --json $(RESULTS)/scenario-sweep-cpu.json
 
 # Live routing A/B on CPU: pow2 / ray_prefix / kvserve on the same 300 requests. Needs a running
 # `make serve` cluster (2 CPU replicas); the bench redeploys each policy on it in turn (~15 min).

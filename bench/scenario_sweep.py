@@ -76,9 +76,9 @@ def build_requests(name: str, vocab, seed: int) -> list[BenchRequest]:
 
     rng = random.Random(f"{seed}:{name}")
     if name == "chat":  # 4 tenants' 256-token system prompts + fresh 64-token questions, 32 output tokens
-        wl = multi_tenant(vocab, tenants=4, system_tokens=256, question_tokens=64, output_tokens=32, requests=72,
+        wl = multi_tenant(vocab, tenants=4, system_tokens=256, question_tokens=64, output_tokens=32, requests=48,
                           seed=seed)
-        return reqs([r.prompt_ids for r in wl.requests], [32] * 72)
+        return reqs([r.prompt_ids for r in wl.requests], [32] * 48)
     if name == "offline-batch":  # unique 128-token prompts, 32 output tokens
         wl = multi_tenant(vocab, tenants=1, system_tokens=0, question_tokens=128, output_tokens=32, requests=128,
                           seed=seed)
