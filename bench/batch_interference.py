@@ -125,7 +125,7 @@ def main() -> None:
                seed=a.seed)
     params = {k: v for k, v in vars(a).items() if k not in ("json", "api_key", "url")}
     params.update(date=time.strftime("%Y-%m-%d", time.gmtime()), replicas=cfg.get("num_replicas"),
-                  batch=cfg.get("batch", {}))
+                  batch={k: v for k, v in cfg.get("batch", {}).items() if k != "db_path"})  # a machine path
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps({"rows": rows, "params": params}, indent=1) + "\n")
     for r in rows:
