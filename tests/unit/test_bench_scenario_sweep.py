@@ -104,3 +104,27 @@ def test_sweep_against_fake_server_deploys_each_preset_and_writes_every_row():
     assert len(rows) == 2 * len(WORKLOADS) and all(r["errors"] == 0 for r in rows)
     assert {r["role"] for r in rows} == {"owner", "contrast"}
     assert all(r["output_tok_per_s"] > 0 and r["tpot_p50_ms"] is not None for r in rows)
+
+
+def test_scenario_cli_deploys_each_preset_restores_the_cluster_and_writes_verdicts(tmp_path, monkeypatch):
+    import json
+
+    from rich.console import Console
+
+    import bench.prepare
+    import bench.runner
+    from bench.scenario_cli import run_scenario
+
+    deployed: list[KVServeConfig] = []
+    monkeypatch.setattr(bench.runner, "default_deploy", lambda address: deployed.append)
+    monkeypatch.setattr(bench.prepare, "load_tokenizer", lambda model, tok=None: FakeTokenizer())
+    base = KVServeConfig.model_validate({"num_replicas": 1})
+    server = FakeKVServe(FakeBehaviour(first_token_s=0.002, itl_s=0.0002, replicas=["r0"]))
+    out = tmp_path / "s.json"
+    with ServerThread(server.app) as t:
+        run_scenario(base, address="auto", url=t.url, api_key=None, tokenizer=None, seed=0, json_out=out,
+                     timeout=30, connect_timeout=5, console=Console(file=open(tmp_path / "log", "w")))
+    assert [c.engine.scenario for c in deployed] == [*SCENARIOS, None]  # then the cluster's own config again
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 2 * len(WORKLOADS)
+    assert [v["workload"] for v in doc["params"]["verdicts"]] == [w.name for w in WORKLOADS]
