@@ -40,6 +40,8 @@ def test_workload_shapes():
     docs = [r for r in long if r.prompt_tokens > SHORT_TOKENS]
     assert len(docs) == 5 and all(r.prompt_tokens == 1800 for r in docs)
     assert all(r.prompt_tokens <= SHORT_TOKENS for r in long if r not in docs)
+    chat = build_requests("chat", vocab, 0)
+    assert sorted(r.prompt_tokens for r in chat if r.prompt_tokens > SHORT_TOKENS) == [600] * 5  # the pastes
     assert len(build_requests("offline-batch", vocab, 0)) == 128
     assert build_requests("chat", vocab, 1) != build_requests("chat", vocab, 2)  # seeded
     with pytest.raises(ValueError, match="unknown"):
