@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install install-system serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling sim-autoscaling-suite bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-noisy bench-limits
+	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-noisy bench-limits bench-scenario
 
 install: install-system $(STAMP)
 
@@ -82,6 +82,12 @@ bench-noisy: install
 	$(KV) sim --workload noisy-neighbour --replicas 4 --phase-s 180 --json $(RESULTS)/noisy-neighbour-sim.json
 	$(KV) bench --workload noisy-neighbour --config bench/configs/noisy-neighbour-cpu.yaml --url http://127.0.0.1:8123 \
 		--api-key sk-noisy-neighbour-victim-0 --duration 40s --json $(RESULTS)/noisy-neighbour-cpu.json
+
+# Scenario presets, each on its own workload against a contrast preset (docs/SCENARIOS.md; ~10 min on
+# CPU). Redeploys the running 1-replica cluster once per preset, then restores its config.
+bench-scenario: install
+	$(call need_cluster,KVSERVE_NUM_REPLICAS=1 make serve)
+	$(KV) bench --url $(URL) --sweep scenario --json $(RESULTS)/scenario-sweep-cpu.json
 
 # Live routing A/B on CPU: pow2 / ray_prefix / kvserve on the same 300 requests. Needs a running
 # `make serve` cluster (2 CPU replicas); the bench redeploys each policy on it in turn (~15 min).

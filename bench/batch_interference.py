@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from bench.client import auth_headers
+from bench.ingress_probe import probed
 from bench.runner import ReplayOptions, replay
 from bench.workloads import multi_tenant
 
@@ -66,7 +67,13 @@ def run(url: str, api_key: str | None, model: str, vocab, *, requests: int, conc
         return {"run": name, "ttft_p50_ms": m.ttft_p50_ms, "ttft_p90_ms": m.ttft_p90_ms, "itl_p50_ms": m.itl_p50_ms,
                 "itl_p90_ms": m.itl_p90_ms, "requests": m.requests, "errors": m.errors, **extra}
 
-    rows = [row("alone", asyncio.run(replay(opts, workload(0))).metrics)]
+    hdrs = auth_headers(api_key)
+
+    def measured(k: int):  # the interactive run, and the ingress's /health round trips meanwhile
+        return asyncio.run(probed(url, hdrs, replay(opts, workload(k))))
+
+    run0, lag = measured(0)
+    rows = [row("alone", run0.metrics, **lag)]
 
     raw = "".join(json.dumps(x) + "\n" for x in lines).encode()
     fid = client.files.create(file=("bg.jsonl", io.BytesIO(raw)), purpose="batch").id
@@ -74,24 +81,25 @@ def run(url: str, api_key: str | None, model: str, vocab, *, requests: int, conc
     while client.batches.retrieve(batch.id).request_counts.completed < 1:  # the batch is running
         time.sleep(0.5)
     before = client.batches.retrieve(batch.id).request_counts.completed
-    m = asyncio.run(replay(opts, workload(1))).metrics
+    run1, lag = measured(1)
+    m = run1.metrics
     during = client.batches.retrieve(batch.id).request_counts.completed - before
     client.batches.cancel(batch.id)
     while client.batches.retrieve(batch.id).status == "cancelling":
         time.sleep(0.5)
-    rows.append(row("beside a Batch API job", m, batch_lines_done_during=during))
+    rows.append(row("beside a Batch API job", m, batch_lines_done_during=during, **lag))
 
     async def plain() -> tuple:
         stop = asyncio.Event()
         load = asyncio.create_task(_plain_load(url, auth_headers(api_key), lines, batch_concurrency, stop))
         await asyncio.sleep(2.0)  # the load is running
-        run_ = await replay(dataclasses.replace(opts), workload(2))
+        run_, lag_ = await probed(url, hdrs, replay(dataclasses.replace(opts), workload(2)))
         stop.set()
-        return run_, await load
+        return run_, lag_, await load
 
-    run_, done = asyncio.run(plain())
+    run_, lag, done = asyncio.run(plain())
     rows.append(row(f"beside the same lines as plain requests ({batch_concurrency} at a time)", run_.metrics,
-                    batch_lines_done_during=done))
+                    batch_lines_done_during=done, **lag))
     return rows
 
 
@@ -117,12 +125,13 @@ def main() -> None:
                seed=a.seed)
     params = {k: v for k, v in vars(a).items() if k not in ("json", "api_key", "url")}
     params.update(date=time.strftime("%Y-%m-%d", time.gmtime()), replicas=cfg.get("num_replicas"),
-                  batch=cfg.get("batch", {}))
+                  batch={k: v for k, v in cfg.get("batch", {}).items() if k != "db_path"})  # a machine path
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps({"rows": rows, "params": params}, indent=1) + "\n")
     for r in rows:
         print(f"{r['run']}: TTFT p50 {r['ttft_p50_ms']:.0f} ms p90 {r['ttft_p90_ms']:.0f} ms, "
-              f"ITL p50 {r['itl_p50_ms']:.0f} ms, errors {r['errors']}, batch lines {r.get('batch_lines_done_during')}")
+              f"ITL p50 {r['itl_p50_ms']:.0f} ms, errors {r['errors']}, batch lines {r.get('batch_lines_done_during')}, "
+              f"/health p99 {r['health_rtt_p99_ms'] or 0:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-SWEEPS = ("batch",)
+SWEEPS = ("batch", "scenario")
 
 
 def run_sweep(kind: str, batch_sizes: str, *, url: str, api_key: str | None, model_cfg, tokenizer: str | None,
               question_tokens: int, output_tokens: int, seed: int, json_out: Path | None, plot: Path | None,
-              timeout: float, connect_timeout: float, slo: tuple[float, float], console: Console) -> None:
+              timeout: float, connect_timeout: float, slo: tuple[float, float], console: Console,
+              base_cfg=None, address: str = "auto") -> None:
     from bench.batch_sweep import ROW_KEYS, parse_batches, plot_batch_sweep, run_batch_sweep, write_sweep
     from bench.prepare import load_tokenizer
     from bench.runner import ReplayOptions
@@ -23,6 +24,11 @@ def run_sweep(kind: str, batch_sizes: str, *, url: str, api_key: str | None, mod
 
     if kind not in SWEEPS:
         raise typer.BadParameter(f"--sweep: one of {', '.join(SWEEPS)}, got {kind!r}")
+    if kind == "scenario":  # redeploys the cluster once per preset (bench/scenario_cli.py)
+        from bench.scenario_cli import run_scenario
+
+        return run_scenario(base_cfg, address=address, url=url, api_key=api_key, tokenizer=tokenizer, seed=seed,
+                            json_out=json_out, timeout=timeout, connect_timeout=connect_timeout, console=console)
     try:
         batches = parse_batches(batch_sizes)
     except ValueError as e:
@@ -32,7 +38,7 @@ def run_sweep(kind: str, batch_sizes: str, *, url: str, api_key: str | None, mod
                          connect_timeout_s=connect_timeout, slo_ttft_ms=slo[0], slo_itl_ms=slo[1])
     params = {"sweep": kind, "batches": batches, "question_tokens": question_tokens, "output_tokens": output_tokens,
               "seed": seed, "model": model_cfg.name, "date": time.strftime("%Y-%m-%d", time.gmtime()),
-              "host": f"{platform.machine()}, {_cpus()} CPUs", "requests_per_point": "max(8, 4 x batch)"}
+              "host": host_description(), "requests_per_point": "max(8, 4 x batch)"}
     table = Table(title=f"batch sweep: {question_tokens}-token prompts, {output_tokens} output tokens")
     for key in ROW_KEYS + ("errors",):
         table.add_column(key, justify="right")
@@ -56,6 +62,10 @@ def run_sweep(kind: str, batch_sizes: str, *, url: str, api_key: str | None, mod
         console.print(f"wrote {plot_path}")
     if json_out:
         console.print(f"wrote {json_out}")
+
+
+def host_description() -> str:
+    return f"{platform.machine()}, {_cpus()} CPUs"
 
 
 def _cpus() -> int:

@@ -94,7 +94,9 @@ def bench(
     window: float = typer.Option(60.0, "--window", help="Chaos: hit rate compared over this many seconds before and after the fault."),
     sample_s: float = typer.Option(10.0, "--sample-s", help="Soak: seconds between process samples."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="batch: closed-loop batches of each --batch size "
-                                        "(throughput and latency vs batch; bench/batch_sweep.py)."),
+                                        "(throughput and latency vs batch; bench/batch_sweep.py). scenario: "
+                                        "redeploys each scenario preset and runs the workload it is for "
+                                        "(bench/scenario_sweep.py)."),
     batch_sizes: str = typer.Option("1,4,8,16,32", "--batch", help="--sweep batch: the batch sizes."),
 ) -> None:
     """Replay a seeded workload against the live endpoint; compare routing policies side by side."""
@@ -145,7 +147,7 @@ def bench(
     except ClusterMismatch as e:
         console.print(f"[red]not measuring: {e}[/]")
         raise typer.Exit(2) from None
-    model_cfg, slo_cfg, full_cfg, expected_replicas = _cluster_config(url, headers, config_file, need_full=redeploy)
+    model_cfg, slo_cfg, full_cfg, expected_replicas = _cluster_config(url, headers, config_file, need_full=redeploy or sweep == "scenario")
     slo_ttft_ms = slo_ttft_ms if slo_ttft_ms is not None else slo_cfg.ttft_p90_ms
     slo_itl_ms = slo_itl_ms if slo_itl_ms is not None else slo_cfg.itl_p90_ms
     if sweep is not None:
@@ -154,7 +156,7 @@ def bench(
         return run_sweep(sweep, batch_sizes, url=url, api_key=api_key, model_cfg=model_cfg, tokenizer=tokenizer,
                          question_tokens=question_tokens, output_tokens=output_tokens, seed=seed, json_out=json_out,
                          plot=plot, timeout=timeout, connect_timeout=connect_timeout, slo=(slo_ttft_ms, slo_itl_ms),
-                         console=console)
+                         console=console, base_cfg=full_cfg, address=address)
 
     if workload == WorkloadKind.noisy_neighbour:
         from bench.noisy_neighbour import NoisyOptions

@@ -35,7 +35,8 @@ class BatchRoutes:
         from deployments.batch_worker import BatchWorker, PriorityGate
 
         b = self.cfg.batch
-        self.batch_gate = PriorityGate(b.max_concurrency, b.concurrency_under_load, self.cfg.server.request_timeout_s)
+        self.batch_gate = PriorityGate(b.max_concurrency, b.concurrency_under_load, self.cfg.server.request_timeout_s,
+                                       b.idle_after_s)
         self.batch_store = None
         if not b.enabled:
             return

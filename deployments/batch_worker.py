@@ -1,10 +1,11 @@
 """Runs batch lines at the lowest priority: the store's pending lines, a few at a time, yielding
 to interactive traffic, each result written to the store once.
 
-Priority (PriorityGate): batch lines run at most `max_concurrency` at once while no interactive
-request is in flight, `concurrency_under_load` while some are, and none start while an interactive
-request is still waiting for a replica. A line answered 429/5xx is retried (overload, a replica
-lost) up to `max_attempts`; a 4xx is the line's answer and goes to the error file.
+Priority (PriorityGate): batch lines run at most `max_concurrency` at once once no interactive
+request has been in flight for `idle_after_s`, `concurrency_under_load` while some are (or were, that
+recently), and none start while an interactive request is still waiting for a replica. A line
+answered 429/5xx is retried (overload, a replica lost) up to `max_attempts`; a 4xx is the line's
+answer and goes to the error file.
 """
 
 from __future__ import annotations
@@ -27,10 +28,18 @@ class PriorityGate:
     """Interactive requests report themselves; batch lines wait here for a slot.
 
     An interactive request counts until it is answered, or for `max_age_s` at most: a stream whose
-    client left before it started never reports its end, and must not throttle batches forever."""
+    client left before it started never reports its end, and must not throttle batches forever.
 
-    def __init__(self, max_concurrency: int, under_load: int, max_age_s: float = 600.0) -> None:
+    Idle means idle for `idle_after_s`, not for an instant: interactive clients send their next request
+    right after an answer, and requests that ran together end together, so "none in flight" comes in
+    gaps of milliseconds. Each gap used to let `max_concurrency` lines start at once, and the next
+    interactive requests then waited behind all their prefills and decodes (measured: TTFT p90 3.4x)."""
+
+    def __init__(self, max_concurrency: int, under_load: int, max_age_s: float = 600.0,
+                 idle_after_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_concurrency, self.under_load, self.max_age_s = max_concurrency, under_load, max_age_s
+        self.idle_after_s, self._clock = idle_after_s, clock
+        self._last_done = float("-inf")  # when the last interactive request was answered (monotonic)
         self._inflight: dict[int, float] = {}  # token -> start (monotonic): dispatched, not yet answered
         self._waiting: set[int] = set()  # dispatched, no replica has taken it yet
         self._next = 0
@@ -41,7 +50,7 @@ class PriorityGate:
         self._changed.set()
 
     def _prune(self) -> None:
-        old = time.monotonic() - self.max_age_s
+        old = self._clock() - self.max_age_s
         for token in [t for t, start in self._inflight.items() if start < old]:
             self._inflight.pop(token)
             self._waiting.discard(token)
@@ -54,11 +63,15 @@ class PriorityGate:
         self._prune()
         if self._waiting:
             return 0
-        return self.under_load if self._inflight else self.max_concurrency
+        return self.under_load if self._inflight or self._idle_in() > 0 else self.max_concurrency
+
+    def _idle_in(self) -> float:
+        """Seconds until the quiet spell after the last interactive answer counts as idle (<= 0: it does)."""
+        return self._last_done + self.idle_after_s - self._clock()
 
     def interactive_started(self) -> int:
         self._next += 1
-        self._inflight[self._next] = time.monotonic()
+        self._inflight[self._next] = self._clock()
         self._waiting.add(self._next)
         return self._next
 
@@ -67,15 +80,18 @@ class PriorityGate:
         self._notify()
 
     def interactive_done(self, token: int) -> None:
-        self._inflight.pop(token, None)
+        if self._inflight.pop(token, None) is not None:
+            self._last_done = self._clock()
         self._waiting.discard(token)
         self._notify()
 
     async def acquire(self) -> None:
         while self.batch_inflight >= self.limit():
             self._changed.clear()
-            try:  # wake up now and then: a pruned request notifies no one
-                await asyncio.wait_for(self._changed.wait(), self.max_age_s / 10)
+            # Wake up now and then (a pruned request notifies no one), and when the quiet spell ends.
+            hold = self._idle_in()
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(self.max_age_s / 10, hold if hold > 0 else 1e9))
             except asyncio.TimeoutError:
                 pass
         self.batch_inflight += 1

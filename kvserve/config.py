@@ -516,6 +516,10 @@ class BatchConfig(_Section):
         1, ge=0, description="Most batch lines in flight while interactive requests are in flight; while any "
         "interactive request waits for a replica, batch lines start none (lowest priority).",
     )
+    idle_after_s: float = Field(
+        2.0, ge=0, description="Interactive traffic counts as gone (batch lines go back to max_concurrency) only "
+        "after no interactive request has been in flight for this long: closed-loop clients leave gaps of "
+        "milliseconds, and each such gap would otherwise start max_concurrency lines at once.")
     max_attempts: int = Field(3, ge=1, description="A line answered 429/5xx (overload, a replica lost) is retried "
                               "this many times before its error is recorded.")
 

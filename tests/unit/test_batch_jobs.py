@@ -174,7 +174,7 @@ def test_batch_lines_yield_to_interactive_requests(tmp_path):
             await super().acquire()
             peak[phase["now"]] = max(peak[phase["now"]], self.batch_inflight)
 
-    gate = Recording(max_concurrency=4, under_load=1)
+    gate = Recording(max_concurrency=4, under_load=1, idle_after_s=0.05)
 
     async def main():
         async def run(kind, body, tenant):
@@ -208,3 +208,64 @@ def test_an_interactive_request_that_never_reports_its_end_stops_counting():
 
     asyncio.run(main())
     assert gate.limit() == 4 and gate.batch_inflight == 1
+
+
+def test_a_gap_between_interactive_requests_does_not_let_a_burst_of_lines_in(tmp_path):
+    # Closed-loop clients whose requests end together leave "none in flight" gaps of a few ms; each
+    # gap used to start max_concurrency lines at once, and the next requests waited behind them.
+    store = BatchStore(tmp_path / "b.sqlite")
+    bid = _batch(store, 40)
+    peak = {"busy": 0, "idle": 0}
+    phase = {"now": "busy"}
+
+    class Recording(PriorityGate):
+        async def acquire(self) -> None:
+            await super().acquire()
+            peak[phase["now"]] = max(peak[phase["now"]], self.batch_inflight)
+
+    gate = Recording(max_concurrency=4, under_load=1, idle_after_s=0.3)
+
+    async def main():
+        async def run(kind, body, tenant):
+            await asyncio.sleep(0.03)  # 40 lines one at a time outlast the busy phase
+            return 200, {}
+
+        tokens = [gate.interactive_started() for _ in range(2)]
+        for t in tokens:
+            gate.interactive_taken(t)
+        task = asyncio.create_task(_worker(store, run, gate).run_batch(bid))
+        for _ in range(10):  # both end together, then both come back 5 ms later
+            await asyncio.sleep(0.02)
+            for t in tokens:
+                gate.interactive_done(t)
+            await asyncio.sleep(0.005)
+            tokens = [gate.interactive_started() for _ in range(2)]
+            for t in tokens:
+                gate.interactive_taken(t)
+        for t in tokens:
+            gate.interactive_done(t)
+        await asyncio.sleep(0.25)  # still within the quiet spell: under-load concurrency
+        phase["now"] = "idle"  # from here the quiet spell ends (~0.05 s): back to 4 without anyone notifying
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    assert peak["busy"] == 1 and peak["idle"] == 4
+    assert store.get_batch("t", bid)["request_counts"]["completed"] == 40
+
+
+def test_gate_limit_over_a_quiet_spell():
+    now = [100.0]
+    gate = PriorityGate(max_concurrency=4, under_load=1, idle_after_s=2.0, clock=lambda: now[0])
+    assert gate.limit() == 4  # no interactive traffic yet
+    t = gate.interactive_started()
+    assert gate.limit() == 0  # waiting for a replica
+    gate.interactive_taken(t)
+    assert gate.limit() == 1
+    gate.interactive_done(t)
+    assert gate.limit() == 1  # answered just now: the spell has not passed
+    now[0] += 1.9
+    assert gate.limit() == 1
+    now[0] += 0.2
+    assert gate.limit() == 4
+    gate.interactive_done(t)  # a second report of the same end does not restart the spell
+    assert gate.limit() == 4
