@@ -25,8 +25,9 @@ from simulator.cluster import RunResult
 from router.block_hash import chain_hashes
 from simulator.engine import EngineSettings, SimRequest, blocks_for
 from simulator.metrics import prefix_hit_rate, slo_attainment
-from simulator.runner import PACKAGED_PROFILE, SimSetup, router_config_for, run_autoscaler
-from simulator.workloads import PromptTokens, SimWorkload, TenantMix, generated, poisson_times, step_rate
+from simulator.runner import PACKAGED_PROFILE, SimSetup, default_kv_blocks, router_config_for, run_autoscaler
+from simulator.workloads import (PromptTokens, SimWorkload, TenantMix, generated, load_trace, poisson_times,
+                                 step_rate)
 
 RETIRE = ("newest", "least_loaded", "cache")
 
@@ -41,10 +42,13 @@ def _served(res: RunResult) -> list[SimRequest]:
 
 
 def after_scale_downs(res: RunResult, window_s: float) -> dict[str, Any]:
-    """Fleet hit rate over the requests routed within `window_s` after each scale-down (pooled)."""
+    """Fleet hit rate over the requests routed within `window_s` after each scale-down (pooled), and
+    within `window_s` before it (what the fleet had to lose)."""
     served = _served(res)
     win = [r for r in served if any(t <= r.routed < t + window_s for t in res.scale_downs)]  # type: ignore[operator]
-    return {"scale_downs": len(res.scale_downs), "requests": len(win), "hit_rate": _hit_rate(win)}
+    pre = [r for r in served if any(t - window_s <= r.routed < t for t in res.scale_downs)]  # type: ignore[operator]
+    return {"scale_downs": len(res.scale_downs), "requests": len(win), "hit_rate": _hit_rate(win),
+            "hit_rate_before": _hit_rate(pre)}
 
 
 def new_replicas(res: RunResult, window_s: float) -> dict[str, Any]:
@@ -95,9 +99,12 @@ def setup_for(workload: str, seed: int, args: argparse.Namespace) -> SimSetup:
     mix = TenantMix(args.tenants, args.tenant_skew, args.system_tokens, args.question_tokens, args.output_tokens)
     if workload == "drift":
         wl = drifting(mix, prof.block_size, args.rate, args.phase_s, args.drift_s, seed)
+    elif workload == "trace":
+        wl = load_trace(args.trace)
     else:
         wl = generated(workload, mix, prof.block_size, rate=args.rate, phase_s=args.phase_s, seed=seed)
-    engine = EngineSettings(block_size=wl.block_size, kv_blocks=max(args.kv_blocks, wl.max_request_blocks()),
+    kv = default_kv_blocks(wl, args.max_replicas, prof) if workload == "trace" else args.kv_blocks
+    engine = EngineSettings(block_size=wl.block_size, kv_blocks=max(kv, wl.max_request_blocks()),
                             max_num_seqs=cfg.engine.max_num_seqs, max_batched_tokens=cfg.engine.max_num_batched_tokens)
     return SimSetup(wl, prof, engine, cfg, args.max_replicas, seed, args.engine_start_s)
 
@@ -124,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--workloads", default="step,drift", help="step, burst, diurnal (simulator.workloads) or "
                    "drift (a step whose tenant popularity drifts).")
     p.add_argument("--drift-s", type=float, default=60.0)
+    p.add_argument("--trace", type=Path, default=None, help="Mooncake JSONL trace for the `trace` workload "
+                   "(KV sized as `kvserve sim --trace` does).")
     p.add_argument("--seeds", default="0-4", help="A-B (inclusive) or a comma list.")
     p.add_argument("--retire", default=",".join(RETIRE))
     p.add_argument("--profile", default=str(PACKAGED_PROFILE))
@@ -161,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         out["workloads"][wl] = {
             r: {"median": {
                 "hit_rate_after_scale_down": _median([x["after_scale_down"]["hit_rate"] for x in rows]),
+                "hit_rate_before_scale_down": _median([x["after_scale_down"]["hit_rate_before"] for x in rows]),
                 "newreplica_hit_rate": _median([x["new_replicas"]["newreplica_hit_rate"] for x in rows]),
                 "prefix_hit_rate": _median([x["prefix_hit_rate"] for x in rows]),
                 "slo_attainment": _median([x["slo_attainment"] for x in rows]),
