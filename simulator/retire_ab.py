@@ -51,16 +51,36 @@ def after_scale_downs(res: RunResult, window_s: float) -> dict[str, Any]:
             "hit_rate_before": _hit_rate(pre)}
 
 
+def seen_before(requests: Sequence[SimRequest]) -> dict[int, int]:
+    """Per request, the leading blocks some earlier request had (what an infinite shared cache would hit)."""
+    seen: set[int] = set()
+    out: dict[int, int] = {}
+    for r in sorted(requests, key=lambda r: r.arrival):
+        n = 0
+        for h in r.block_hashes:
+            if h not in seen:
+                break
+            n += 1
+        out[r.idx] = n
+        seen.update(r.block_hashes)
+    return out
+
+
 def new_replicas(res: RunResult, window_s: float) -> dict[str, Any]:
     """Hit rate of each scaled-up replica's first `window_s` of traffic against the whole fleet's over
-    the same spans."""
+    the same spans (`newreplica_hit_rate`), and against what those same requests could hit at best: the
+    blocks any earlier request had (`of_attainable`). A router that keeps conversations on the replica
+    holding their context sends a new replica mostly new conversations, which no cache could serve."""
     new = {rid: t for rid, t in res.serving_since.items() if t > 0.0}
     served = _served(res)
     own = [r for r in served if r.replica in new and r.routed - new[r.replica] < window_s]  # type: ignore[operator]
     fleet = [r for r in served if any(t <= r.routed < t + window_s for t in new.values())]  # type: ignore[operator]
     mine, all_ = _hit_rate(own), _hit_rate(fleet)
+    best = seen_before(res.requests)
+    blocks = sum(best[r.idx] for r in own)
     return {"new_replicas": len(new), "requests": len(own), "hit_rate": mine, "fleet_hit_rate": all_,
-            "newreplica_hit_rate": mine / all_ if mine is not None and all_ else None}
+            "newreplica_hit_rate": mine / all_ if mine is not None and all_ else None,
+            "of_attainable": sum(r.hit_blocks for r in own) / blocks if blocks else None}
 
 
 def drifting(mix: TenantMix, block_size: int, rate: float, phase_s: float, drift_s: float, seed: int) -> SimWorkload:
@@ -92,8 +112,11 @@ def drifting(mix: TenantMix, block_size: int, rate: float, phase_s: float, drift
 
 
 def setup_for(workload: str, seed: int, args: argparse.Namespace) -> SimSetup:
-    cfg = load_config(overrides={"autoscaling": {"enabled": True, "min_replicas": 1,
-                                                 "max_replicas": args.max_replicas}}, environ={})
+    a = {"enabled": True, "min_replicas": 1, "max_replicas": args.max_replicas}
+    for knob in ("warm_prefixes", "warm_min_requests"):
+        if getattr(args, knob, None) is not None:
+            a[knob] = getattr(args, knob)
+    cfg = load_config(overrides={"autoscaling": a}, environ={})
     prof = EngineProfile.from_dict(json.loads(Path(args.profile).read_text()), source=str(args.profile))
     cfg = router_config_for(cfg, prof, set())
     mix = TenantMix(args.tenants, args.tenant_skew, args.system_tokens, args.question_tokens, args.output_tokens)
@@ -148,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--max-replicas", type=int, default=8)
     p.add_argument("--engine-start-s", type=float, default=30.0)
     p.add_argument("--window-s", type=float, default=60.0)
+    p.add_argument("--warm-prefixes", type=int, default=None, help="Default: autoscaling.warm_prefixes.")
+    p.add_argument("--warm-min-requests", type=float, default=None, help="Default: autoscaling.warm_min_requests.")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     if "-" in args.seeds:
@@ -165,13 +190,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 per[retire].append(run_one(setup, retire, args.window_s))
                 row = per[retire][-1]
                 print(f"{wl} seed {seed} {retire:>12}: after scale-down hit {row['after_scale_down']['hit_rate']}, "
-                      f"new replicas x{row['new_replicas']['newreplica_hit_rate']}, slo {row['slo_attainment']:.3f}",
+                      f"new replicas x{row['new_replicas']['newreplica_hit_rate']} "
+                      f"({row['new_replicas']['of_attainable']} of attainable), slo {row['slo_attainment']:.3f}",
                       flush=True)
         out["workloads"][wl] = {
             r: {"median": {
                 "hit_rate_after_scale_down": _median([x["after_scale_down"]["hit_rate"] for x in rows]),
                 "hit_rate_before_scale_down": _median([x["after_scale_down"]["hit_rate_before"] for x in rows]),
                 "newreplica_hit_rate": _median([x["new_replicas"]["newreplica_hit_rate"] for x in rows]),
+                "newreplica_of_attainable": _median([x["new_replicas"]["of_attainable"] for x in rows]),
                 "prefix_hit_rate": _median([x["prefix_hit_rate"] for x in rows]),
                 "slo_attainment": _median([x["slo_attainment"] for x in rows]),
                 "replica_seconds": _median([x["replica_seconds"] for x in rows]),

@@ -62,3 +62,12 @@ def test_cache_retires_the_replicas_retire_order_names(monkeypatch):
 def test_every_choice_loses_no_request(retire):
     res = _cluster(retire).run()
     assert res.failed_requests == 0 and all(r.finished is not None for r in res.requests)
+
+
+def test_seen_before_counts_the_leading_blocks_any_earlier_request_had():
+    from simulator.engine import SimRequest
+    from simulator.retire_ab import seen_before
+
+    reqs = [SimRequest(0, 0.0, 8, 1, [1, 2], 3), SimRequest(1, 1.0, 12, 1, [1, 2, 3], 4),
+            SimRequest(2, 2.0, 12, 1, [1, 9, 3], 4), SimRequest(3, 0.5, 4, 1, [7], 2)]
+    assert seen_before(reqs) == {0: 0, 3: 0, 1: 2, 2: 1}  # in arrival order; a chain stops at its first miss
