@@ -236,7 +236,8 @@ class Ingress(BatchRoutes):
         errors) is re-sent elsewhere, up to `server.replica_retries` times: it never started, so the
         client cannot see it twice."""
         retries = self.cfg.server.replica_retries
-        cold = await self.cold.no_replica_serving()  # scaled to zero: wait for the first replica's start
+        cs = getattr(self, "cold", None)  # (absent from the test doubles of this method)
+        cold = bool(cs) and await cs.no_replica_serving()  # scaled to zero: wait for the first replica's start
         while True:
             # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
             # item costs the replica a third and this ingress under half of the CPU (bench.serving_path).
@@ -245,18 +246,18 @@ class Ingress(BatchRoutes):
             try:
                 # The replica's first item (META) comes as soon as one has taken the request: the wait
                 # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
-                wait = self.cold.wait_s(cold)
+                wait = cs.wait_s(cold) if cs else self.cfg.server.max_queue_wait_s
                 left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
-                self.cold.held.inc(cold)
+                if cold:
+                    cs.held.inc()
                 try:
                     _, meta = await asyncio.wait_for(gen.__anext__(), left)
                 finally:
-                    self.cold.held.dec(cold)
+                    if cold:
+                        cs.held.dec()
                 if on_taken:
                     on_taken()  # a replica has it: batch lines may run beside it
                 kind_item, payload = await gen.__anext__()
-                if cold:
-                    self.cold.first_token(start)
             except asyncio.TimeoutError:
                 gen.cancel()  # leave the routers' queue
                 if cold:
@@ -270,6 +271,8 @@ class Ingress(BatchRoutes):
                 reason = type(e).__name__
             else:
                 if kind_item != RETRY:
+                    if cold:
+                        cs.first_token(start)
                     return gen, meta, kind_item, payload
                 if retries <= 0:
                     raise APIError(503, "every replica tried for this request had lost its engine; retry the "
