@@ -137,14 +137,14 @@ bench-sim-autoscaling: install
 	  $(foreach w,step burst diurnal trace,$(foreach s,$(SEEDS),$(w)=$(WORK)/sim-autoscaling/$(w)-$(s).json))
 	cp $(WORK)/sim-autoscaling/diurnal-0.png $(IMG)/sim-autoscaling-diurnal.png
 
-# Live autoscaling 1 -> 2 -> 1 on CPU (~6 min of load), beside the simulated scale-down victim A/B
+# Live autoscaling 1 -> 2 -> 1 on CPU (~7 min of load), beside the simulated scale-down victim A/B
 # (simulator.retire_ab, ~15 min). Needs a running cluster with the autoscaling config:
 # `make serve CONFIG=bench/configs/autoscale-cpu.yaml`.
 bench-live-autoscaling: install
 	$(call need_cluster,make serve CONFIG=bench/configs/autoscale-cpu.yaml)
 	@mkdir -p $(WORK)
 	$(KV) bench --url $(URL) --workload multi-tenant --tenants 4 --system-tokens 500 --question-tokens 30 \
-	  --output-tokens 16 --rate 0.5 --load-shape step:1,6,1 --step-seconds 120 --requests 1200 \
+	  --output-tokens 16 --rate 0.4 --load-shape step:1,6,1,1 --step-seconds 100 --requests 1200 \
 	  --timeline $(WORK)/live-autoscaling.timeline.json --json $(WORK)/live-autoscaling.json
 	$(BIN)/python -m simulator.retire_ab --workloads step,drift,trace --trace $(TRACE) --seeds 0-2 \
 	  --retire newest,cache --kv-blocks 4000 --tenants 100 --json $(WORK)/sim-retire.json
