@@ -180,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         seeds = list(range(lo, hi + 1))
     else:
         seeds = [int(x) for x in args.seeds.split(",")]
-    out: dict[str, Any] = {"params": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                           "workloads": {}}
+    # File names only: a result file names no machine's paths.
+    params = {k: (Path(v).name if k in ("profile", "trace", "json") and v else v) for k, v in vars(args).items()}
+    out: dict[str, Any] = {"params": params, "workloads": {}}
     for wl in args.workloads.split(","):
         per: dict[str, list[dict[str, Any]]] = {r: [] for r in args.retire.split(",")}
         for seed in seeds:
