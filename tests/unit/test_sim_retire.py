@@ -71,3 +71,18 @@ def test_seen_before_counts_the_leading_blocks_any_earlier_request_had():
     reqs = [SimRequest(0, 0.0, 8, 1, [1, 2], 3), SimRequest(1, 1.0, 12, 1, [1, 2, 3], 4),
             SimRequest(2, 2.0, 12, 1, [1, 9, 3], 4), SimRequest(3, 0.5, 4, 1, [7], 2)]
     assert seen_before(reqs) == {0: 0, 3: 0, 1: 2, 2: 1}  # in arrival order; a chain stops at its first miss
+
+
+def test_the_ab_reports_medians_per_workload_and_choice_and_names_no_paths(tmp_path):
+    import json
+
+    from simulator.retire_ab import main
+
+    out_file = tmp_path / "retire.json"
+    main(["--workloads", "drift", "--seeds", "0", "--retire", "newest,cache", "--rate", "2", "--phase-s", "30",
+          "--tenants", "6", "--kv-blocks", "2000", "--json", str(out_file)])
+    out = json.loads(out_file.read_text())
+    assert set(out["workloads"]["drift"]) == {"newest", "cache"}
+    med = out["workloads"]["drift"]["cache"]["median"]
+    assert {"hit_rate_after_scale_down", "newreplica_hit_rate", "slo_attainment"} <= set(med)
+    assert all("/" not in str(out["params"][k]) for k in ("profile", "json"))
