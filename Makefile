@@ -158,16 +158,19 @@ bench-sim-autoscaling sim-autoscaling-suite: install
 	$(KV) sim --suite autoscaling --seeds 0-9 --tune-seeds 0-4 --trace $(TRACE) --jobs 2 \
 	  --json $(RESULTS)/autoscaling-suite.json
 
-# Live autoscaling 1 -> 2 -> 1 on CPU (~8 min of load). Needs a running cluster with the autoscaling
-# config: `make serve CONFIG=bench/configs/autoscale-cpu.yaml`.
+# Live autoscaling 1 -> 2 -> 1 on CPU (~7 min of load), beside the simulated scale-down victim A/B
+# (simulator.retire_ab, ~15 min). Needs a running cluster with the autoscaling config:
+# `make serve CONFIG=bench/configs/autoscale-cpu.yaml`.
 bench-live-autoscaling: install
 	$(call need_cluster,make serve CONFIG=bench/configs/autoscale-cpu.yaml)
 	@mkdir -p $(WORK)
 	$(KV) bench --url $(URL) --workload multi-tenant --tenants 4 --system-tokens 500 --question-tokens 30 \
-	  --output-tokens 16 --rate 0.5 --load-shape step:1,6,1 --step-seconds 150 --requests 1200 \
+	  --output-tokens 16 --rate 0.4 --load-shape step:1,6,1,1 --step-seconds 100 --requests 1200 \
 	  --timeline $(WORK)/live-autoscaling.timeline.json --json $(WORK)/live-autoscaling.json
+	$(BIN)/python -m simulator.retire_ab --workloads step,drift,trace --trace $(TRACE) --seeds 0-2 \
+	  --retire newest,cache --kv-blocks 4000 --tenants 100 --json $(WORK)/sim-retire.json
 	$(COLLECT) $(RESULTS)/live-autoscaling.json bench=$(WORK)/live-autoscaling.json \
-	  timeline=$(WORK)/live-autoscaling.timeline.json
+	  timeline=$(WORK)/live-autoscaling.timeline.json retire_sim=$(WORK)/sim-retire.json
 	cp $(WORK)/live-autoscaling.timeline.png $(IMG)/live-autoscaling.png
 
 # Simulator vs live: the live acceptance runs that `make bench-live-routing SEED=S` left in build/bench

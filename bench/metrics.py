@@ -62,6 +62,9 @@ class RunMetrics:
     # How late the bench's own event loop ran (`bench.loop_lag`): client-side delay inside every latency.
     client_loop_lag_p99_ms: float | None = None
     client_loop_lag_max_ms: float | None = None
+    # Scale from zero: requests the ingress held while no replica served, and their mean time to first token.
+    cold_start_requests: int | None = None
+    cold_start_ttft_s: float | None = None
     ttft_ms_all: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:

@@ -22,6 +22,8 @@ JSON_KEYS = (
     "errors",
     "client_loop_lag_max_ms",
     "replicas",
+    "cold_start_requests",
+    "cold_start_ttft_s",
 )
 
 # (column header, RunMetrics attribute, format, lower is better)
@@ -38,6 +40,7 @@ _COLUMNS = (
     ("prefix hit", "prefix_hit_rate", "{:.3f}", False),
     ("share max/mean", "share_max_over_mean", "{:.2f}", True),
     ("errors", "errors", "{}", True),
+    ("cold-start TTFT s", "cold_start_ttft_s", "{:.1f}", True),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,44 @@ async def fetch_stats(client: httpx.AsyncClient, base_url: str, headers: dict | 
     resp = await client.get(f"{base_url}/kvserve/stats", headers=headers, timeout=10.0)
     resp.raise_for_status()
     return parse_stats(resp.json())
+
+
+@dataclass(frozen=True)
+class ColdStarts:
+    """The ingress's cold-start histogram (`kvserve_cold_start_ttft_seconds`): requests that arrived while
+    no replica served (scale from zero), and their summed times to first token."""
+
+    count: float = 0.0
+    sum_s: float = 0.0
+
+
+def parse_cold_starts(metrics_text: str) -> ColdStarts:
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "kvserve_cold_start_ttft_seconds":
+            by = {s.name: s.value for s in family.samples}
+            return ColdStarts(by.get(family.name + "_count", 0.0), by.get(family.name + "_sum", 0.0))
+    return ColdStarts()
+
+
+async def fetch_cold_starts(client: httpx.AsyncClient, base_url: str,
+                            headers: dict | None = None) -> ColdStarts | None:
+    """None from a server without kvserve's metrics (a bare vLLM, a test double)."""
+    try:
+        resp = await client.get(f"{base_url}/metrics", headers=headers, timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    return parse_cold_starts(resp.text) if resp.status_code == 200 else None
+
+
+def cold_start_delta(before: ColdStarts | None, after: ColdStarts | None) -> tuple[int | None, float | None]:
+    """(requests held for a cold start during the run, their mean time to first token in s). A count that
+    went backwards belongs to a restarted ingress: count it from zero."""
+    if after is None:
+        return None, None
+    if before is None or after.count < before.count:
+        before = ColdStarts()
+    n = after.count - before.count
+    return int(n), ((after.sum_s - before.sum_s) / n if n else None)
 
 
 def fetch_config_sync(base_url: str, headers: dict | None = None) -> dict:

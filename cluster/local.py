@@ -121,7 +121,8 @@ def wait_ready(cfg: KVServeConfig, timeout_s: float = 600.0, on_wait: Callable[[
             msg = f"app {st.status}, replicas running {running}/{want}"
             if st.status == "DEPLOY_FAILED":
                 raise RuntimeError(f"deployment failed: {st.message or (dep.message if dep else '')}")
-            if st.status == "RUNNING" and running >= max(want, 1):
+            # want 0 (autoscaling.min_replicas 0): the app serves with no replica; the ingress holds requests.
+            if st.status == "RUNNING" and running >= want:
                 try:
                     r = httpx.get(base_url(cfg) + "/ready", timeout=5)
                     if r.status_code == 200:

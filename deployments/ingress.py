@@ -30,6 +30,7 @@ from deployments.access_log import AccessLog, stream_usage
 from deployments.auth import TenantAuth
 from deployments.batch_routes import BatchRoutes, batch_router
 from deployments.flow_gate import Overloaded, flow_gate_for
+from deployments.cold_start import ColdStart
 from deployments.errors import (APIError, error_body, error_response, from_vllm, install_error_handlers,
                                  validate_model, vllm_errors_as_api_errors)
 from deployments.ingress_limits import IngressLimits
@@ -80,6 +81,7 @@ class Ingress(BatchRoutes):
         self.metrics = IngressMetrics(classes)
         self.limits = IngressLimits(self.cfg.tenants.classes, classes, lambda: limit_board(self.cfg.app_name),
                                     self.cfg.model.max_model_len)
+        self.cold = ColdStart(self.cfg, self._running_replicas, self.metrics.registry)  # scale from zero
         self.access = AccessLog(prompts=self.cfg.logging.prompts)
         self._renderer = None
         self._board = None
@@ -253,6 +255,8 @@ class Ingress(BatchRoutes):
         errors) is re-sent elsewhere, up to `server.replica_retries` times: it never started, so the
         client cannot see it twice."""
         retries = self.cfg.server.replica_retries
+        cs = getattr(self, "cold", None)  # (absent from the test doubles of this method)
+        cold = bool(cs) and await cs.no_replica_serving()  # scaled to zero: wait for the first replica's start
         while True:
             # gRPC, not Ray's object streaming: every SSE chunk is one streamed item, and over gRPC an
             # item costs the replica a third and this ingress under half of the CPU (bench.serving_path).
@@ -261,15 +265,24 @@ class Ingress(BatchRoutes):
             try:
                 # The replica's first item (META) comes as soon as one has taken the request: the wait
                 # for it (from the request's arrival here) is bounded, so an overload answers 503, not a hang.
-                wait = self.cfg.server.max_queue_wait_s
+                wait = cs.wait_s(cold) if cs else self.cfg.server.max_queue_wait_s
                 left = None if wait is None else max(wait - (time.monotonic() - start), 0.001)
-                _, meta = await asyncio.wait_for(gen.__anext__(), left)
+                if cold:
+                    cs.held.inc()
+                try:
+                    _, meta = await asyncio.wait_for(gen.__anext__(), left)
+                finally:
+                    if cold:
+                        cs.held.dec()
                 self.metrics.taken(work.tenant, time.monotonic() - start)
                 if on_taken:
                     on_taken()  # a replica has it: batch lines may run beside it
                 kind_item, payload = await gen.__anext__()
             except asyncio.TimeoutError:
                 gen.cancel()  # leave the routers' queue
+                if cold:
+                    raise APIError(503, f"no replica started within {wait:g} s (scaled to zero: the first "
+                                        "replica is starting); retry later", code="cold_start_timeout") from None
                 raise
             except RayActorError as e:
                 if retries <= 0:
@@ -278,6 +291,8 @@ class Ingress(BatchRoutes):
                 reason = type(e).__name__
             else:
                 if kind_item != RETRY:
+                    if cold:
+                        cs.first_token(start)
                     return gen, meta, kind_item, payload
                 if retries <= 0:
                     raise APIError(503, "every replica tried for this request had lost its engine; retry the "
@@ -423,6 +438,9 @@ class Ingress(BatchRoutes):
         if live is not None:
             stats = [s for s in stats if s["replica_id"] in live]
         return sorted(stats, key=lambda s: s["replica_id"])
+
+    async def _running_replicas(self) -> int:
+        return (await serve_state.deployment_state(self.cfg.app_name)).running_replicas
 
     async def _live_replica_ids(self) -> set[str] | None:
         try:

@@ -20,8 +20,9 @@ class DeploymentState:
 
     @property
     def ready(self) -> bool:
-        """Every replica Serve wants is serving (a deployment still starting or resizing is not ready)."""
-        return self.status == "HEALTHY" and self.target_replicas > 0 and self.running_replicas >= self.target_replicas
+        """Every replica Serve wants is serving (a deployment still starting or resizing is not ready). A
+        deployment scaled to zero (autoscaling.min_replicas 0) is ready: the ingress holds its requests."""
+        return self.status == "HEALTHY" and self.running_replicas >= self.target_replicas
 
     def as_dict(self) -> dict[str, Any]:
         return {"status": "ready" if self.ready else "not ready", "deployment": self.status,

@@ -481,6 +481,12 @@ class ServerConfig(_Section):
         description="A request no replica has taken within this many seconds of its arrival at the "
                     "ingress gets a 503 (the queue bound is a count; this bounds the wait). None: no bound.",
     )
+    cold_start_wait_s: float | None = Field(
+        300.0, gt=0,
+        description="With autoscaling.min_replicas 0: a request that arrives while no replica serves waits up to "
+                    "this long (at least max_queue_wait_s) for the first to start and take it (an engine start "
+                    "takes a minute or more), then gets a 503. None: no bound.",
+    )
     request_timeout_s: float = Field(600.0, gt=0)
     max_tokens_limit: int = Field(4096, ge=1, description="Requests asking for more tokens than this get 400.")
     max_n: int = Field(16, ge=1, description="Most choices (`n`) one request may ask for; more get 400.")

@@ -32,6 +32,7 @@ from simulator.flow_pending import FlowPending, FlowSim
 from simulator.workloads import SimWorkload
 from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.hot_prefixes import HotPrefixTracker, family_key
+from router.retire import CacheRecency, retire_order
 
 _STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE = range(6)
 PLOT_WINDOW_S = 10.0
@@ -43,6 +44,9 @@ class ScalingSetup:
     cfg: AutoscalingConfig
     start_s: float  # engine start-up delay before a new replica is routable
     decision_interval_s: float = 1.0
+    # Which serving replicas a scale-down drains: `least_loaded`; `newest` (Ray Serve 2.60's own choice on
+    # one node: `deployment_scheduler._get_replicas_to_stop`); `cache` (router.retire: least cache loss).
+    retire: str = "least_loaded"
 
 
 @dataclass
@@ -62,6 +66,7 @@ class RunResult:
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, request, replica) if traced
     replica_seconds_by_minute: list[float] = field(default_factory=list)  # `replica_seconds`, minute by minute
     overloaded_idx: set[int] = field(default_factory=set)  # requests answered 503 (queue bounds)
+    scale_downs: list[float] = field(default_factory=list)  # when serving replicas were drained
 
 
 class Cluster:
@@ -125,6 +130,8 @@ class Cluster:
         self.cluster_ttft: deque[tuple[float, float]] = deque()
         self.cluster_arrivals: deque[float] = deque()
         self._n_created = 0
+        self.recency = CacheRecency() if scaling is not None and scaling.retire == "cache" else None
+        self.scale_downs: list[float] = []  # when serving replicas were drained
         # Scale-up warming, as live: the ingress tracks each family's hot prefix (`router.hot_prefixes`,
         # here over block hashes, one "token" per block) and a starting replica pre-fills the hottest.
         self.hot: HotPrefixTracker | None = None
@@ -291,6 +298,8 @@ class Cluster:
         if rid is None:
             raise RuntimeError(f"policy {self.name} ranked no routable replica with room")
         self.policy.on_routed(req.route, rid, now)
+        if self.recency is not None:
+            self.recency.on_routed(rid, req.block_hashes, now)
         rep = self.replicas[rid]
         req.replica, req.routed = rid, now
         rep.enqueue(req)
@@ -369,6 +378,8 @@ class Cluster:
                 continue
             stored, removed = rep.kv.take_events()
             on_events(rid, stored, removed, now)
+            if self.recency is not None:
+                self.recency.on_cache_events(rid, stored, removed, now)
             self.snap[rid] = (len(rep.waiting), rep.running, max(rep.queued_prefill_tokens, 0), rep.kv.usage())
             self._refresh_load(rep)
         touched.clear()
@@ -432,14 +443,26 @@ class Cluster:
         for rep in sorted(starting, key=lambda r: r.rid, reverse=True)[:n]:
             rep.state, rep.gone_at = GONE, now
             n -= 1
-        # Then drain the least-loaded serving replicas: no new requests, in-flight ones finish.
-        for rep in sorted(serving, key=lambda r: (r.ongoing, r.rid))[: max(n, 0)]:
+        # Then drain serving replicas (`ScalingSetup.retire` picks which): no new requests, in-flight ones finish.
+        if n > 0:
+            self.scale_downs.append(now)
+        for rep in self._victims(serving, max(n, 0), now):
             rep.state, rep.drain_started = DRAINING, now
             self.loads.pop(rep.rid, None)
             if rep.ongoing == 0:
                 self._remove(rep, now)
             else:
                 self._push(now + self.scaling.cfg.drain_grace_s, _GRACE, rep)  # type: ignore[union-attr]
+
+    def _victims(self, serving: list[Replica], n: int, now: float) -> list[Replica]:
+        how = self.scaling.retire  # type: ignore[union-attr]
+        if how == "newest":
+            return sorted(serving, key=lambda r: r.rid, reverse=True)[:n]
+        if how == "cache" and n:
+            assert self.recency is not None
+            by_id = {r.rid: r for r in serving}
+            return [by_id[rid] for rid in retire_order(self.recency.holdings(by_id), now, n=n)]
+        return sorted(serving, key=lambda r: (r.ongoing, r.rid))[:n]
 
     def _grace_over(self, rep: Replica, now: float) -> None:
         if rep.state != DRAINING:
@@ -455,6 +478,8 @@ class Cluster:
         rep.state, rep.gone_at = GONE, now
         self.loads.pop(rep.rid, None)
         self.policy.on_replica_gone(rep.rid)
+        if self.recency is not None:
+            self.recency.on_replica_gone(rep.rid)
 
     # ---- main loop ----------------------------------------------------------
 
@@ -520,4 +545,5 @@ class Cluster:
             events=self.events,
             replica_seconds_by_minute=seconds_per_minute(spans, end),
             overloaded_idx=self.overloaded_idx,
+            scale_downs=list(self.scale_downs),
         )

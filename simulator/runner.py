@@ -168,7 +168,8 @@ def _split(summary: dict[str, dict[str, Any]], keys: tuple[str, ...], section: s
     }
 
 
-def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Progress | None = None) -> RunResult:
+def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Progress | None = None,
+                   retire: str = "least_loaded") -> RunResult:
     def make(targets):  # type: ignore[no-untyped-def]
         return make_autoscaler(name, setup.cfg.autoscaling.params(), targets, setup.profile, setup.engine.max_num_seqs)
 
@@ -178,6 +179,7 @@ def run_autoscaler(setup: SimSetup, name: str, routing_policy: str, progress: Pr
         setup.cfg.autoscaling,
         setup.engine_start_s,
         setup.decision_interval_s,
+        retire,
     )
     policy = make_policy(routing_policy, setup.cfg.router.params(), setup.seed)
     cb = (lambda d, t: progress(name, d, t)) if progress else None

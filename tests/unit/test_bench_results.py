@@ -85,3 +85,19 @@ def test_cli_refuses_an_argument_without_a_name(tmp_path: Path) -> None:
     app.command()(main)
     r = CliRunner().invoke(app, [str(tmp_path / "t.json"), str(tmp_path / "x.json")])
     assert r.exit_code != 0 and "NAME=FILE" in r.output
+
+
+def test_cold_starts_are_read_from_the_ingress_histogram_as_a_delta():
+    from bench.server_stats import ColdStarts, cold_start_delta, parse_cold_starts
+
+    text = ("# TYPE kvserve_cold_start_ttft_seconds histogram\n"
+            'kvserve_cold_start_ttft_seconds_bucket{le="+Inf"} 3.0\n'
+            "kvserve_cold_start_ttft_seconds_count 3.0\n"
+            "kvserve_cold_start_ttft_seconds_sum 150.0\n")
+    after = parse_cold_starts(text)
+    assert after == ColdStarts(3.0, 150.0)
+    assert cold_start_delta(ColdStarts(1.0, 40.0), after) == (2, 55.0)
+    assert cold_start_delta(ColdStarts(5.0, 400.0), after) == (3, 50.0)  # the ingress restarted
+    assert cold_start_delta(after, after) == (0, None)
+    assert cold_start_delta(None, None) == (None, None)
+    assert parse_cold_starts("# nothing here\n") == ColdStarts()

@@ -9,6 +9,7 @@ import time
 from types import SimpleNamespace
 
 from deployments.access_log import AccessLog
+from deployments.cold_start import ColdStart
 from deployments.ingress import Ingress
 from deployments.metrics import IngressMetrics
 from deployments.protocol import BODY, META, CompletionWork
@@ -34,9 +35,16 @@ class _Stream:
 
 def _dispatch(stream: _Stream, wait_s: float | None, start: float):  # type: ignore[no-untyped-def]
     """`Ingress._dispatch` on just the state it reads (no Serve replica around it)."""
+    cfg = KVServeConfig(server={"max_queue_wait_s": wait_s})
+    metrics = IngressMetrics()
+
+    async def running() -> int:
+        raise AssertionError("min_replicas >= 1: the controller is never asked")
+
     ing = SimpleNamespace(
-        cfg=KVServeConfig(server={"max_queue_wait_s": wait_s}),
-        metrics=IngressMetrics(),
+        cfg=cfg,
+        metrics=metrics,
+        cold=ColdStart(cfg, running, metrics.registry),
         access=AccessLog(),
         llm=SimpleNamespace(options=lambda **_: SimpleNamespace(generate=SimpleNamespace(remote=lambda _w: stream))),
     )
