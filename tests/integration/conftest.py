@@ -12,7 +12,7 @@ import pytest
 from kvserve.config import KVServeConfig, load_config
 
 KEYS = {"tenant-a": "sk-test-tenant-a", "tenant-b": "sk-test-tenant-b",
-        # Tenants whose class has one small limit each (tests/integration/test_tenant_limits.py).
+        # Tenants whose class has one small limit each (tests/integration/test_tenant_limits_live.py).
         "tenant-rpm": "sk-test-tenant-rpm", "tenant-tpm": "sk-test-tenant-tpm", "tenant-conc": "sk-test-tenant-conc"}
 LIMITED = {"tenant-rpm": {"requests_per_min": 3}, "tenant-tpm": {"tokens_per_min": 600},
            "tenant-conc": {"max_concurrent": 1}}
