@@ -112,7 +112,9 @@ def test_json_has_exactly_the_issue_keys():
     assert set(out) == {"policies", "workload"}
     assert list(out["policies"]) == ["pow2", "kvserve"]
     for v in out["policies"].values():
-        assert tuple(v) == JSON_KEYS
+        assert tuple(v) == (*JSON_KEYS, "tenants")
+        assert set(v["tenants"]) == {"default"}  # these requests carry no tenant
+        assert v["tenants"]["default"]["requests"] == 2 and v["tenants"]["default"]["slo_attainment"] == 1.0
     assert out["policies"]["kvserve"]["ttft_p50_ms"] == pytest.approx(55.0)
     assert out["policies"]["pow2"]["errors"] == 0
 
