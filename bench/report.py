@@ -129,3 +129,27 @@ def comparison_table(runs: Sequence[PolicyRun], title: str = "kvserve bench") ->
         ]
         table.add_row(header, *cells)
     return table
+
+
+MAX_TENANT_ROWS = 8  # more tenants than this: the JSON has them, the terminal does not
+
+
+def tenant_table(runs: Sequence[PolicyRun], targets: TargetsOf | None = None, tenant: str | None = None) -> Table | None:
+    """Per tenant, per policy: TTFT p90 and SLO attainment; None when there are more than MAX_TENANT_ROWS tenants."""
+    per = [policy_json(r, targets, tenant)["tenants"] for r in runs]
+    names = sorted({t for p in per for t in p})
+    if not names or len(names) > MAX_TENANT_ROWS:
+        return None
+    table = Table(title="per tenant: TTFT p90 ms / SLO attainment")
+    table.add_column("tenant", style="bold")
+    for run in runs:
+        table.add_column(run.policy, justify="right")
+    for name in names:
+        cells = []
+        for p in per:
+            row = p.get(name)
+            p90 = "-" if not row or row["ttft_p90_ms"] is None else f"{row['ttft_p90_ms']:.0f}"
+            att = "-" if not row or row["slo_attainment"] is None else f"{row['slo_attainment']:.2f}"
+            cells.append(f"{p90} / {att}")
+        table.add_row(name, *cells)
+    return table
