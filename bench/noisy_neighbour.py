@@ -23,6 +23,7 @@ import httpx
 from bench.client import RequestResult, completion_body, stream_request
 from bench.tokens import SafeVocab
 from bench.workloads import BenchRequest
+from flow.attainment import ttft_attainment
 from flow.fairness import jain_fairness
 from kvserve.config import KVServeConfig, TenantKey
 
@@ -139,7 +140,8 @@ def summarize(results: list[RequestResult], span_s: float, ttft_target_ms: float
             "ttft_p50_ms": _pct(ttft, 50), "ttft_p90_ms": _pct(ttft, 90),
             "output_tok_per_s": sum(r.output_tokens for r in ok) / span_s,
             "status_429": n429, "status_503": n503, "errors": sum(1 for r in rs if not r.ok) - n429 - n503,
-            "requests": len(rs), "ttft_slo_attainment": sum(1 for x in ttft if x <= ttft_target_ms) / len(rs),
+            "requests": len(rs), "ttft_slo_attainment": ttft_attainment(
+                [r.ttft_s * 1000.0 if r.ok and r.ttft_s is not None else None for r in rs], ttft_target_ms),
         }
     return {"tenants": tenants, "jain_fairness": jain_fairness(service, demand, {t: 1.0 for t in service}),
             "output_tok_per_s": sum(v["output_tok_per_s"] for v in tenants.values())}

@@ -9,6 +9,8 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 
 from bench.runner import PolicyRun
+from bench.tenant_slo import TargetsOf, tenants_json
+from kvserve.policy_params import SLOTargets
 
 # The per-policy keys of the JSON file, exactly (issue 3 fixes them).
 JSON_KEYS = (
@@ -44,18 +46,23 @@ _COLUMNS = (
 )
 
 
-def policy_json(run: PolicyRun) -> dict[str, Any]:
+def policy_json(run: PolicyRun, targets: TargetsOf | None = None, tenant: str | None = None) -> dict[str, Any]:
+    """JSON_KEYS, plus `tenants` (`bench.tenant_slo`): per tenant, against its class's targets
+    (`targets`; None: the run's SLO for everyone). `tenant`: every request's tenant (the API key's)."""
     m = run.metrics
-    return {k: getattr(m, k) for k in JSON_KEYS}
+    targets = targets or (lambda _t: SLOTargets(m.slo_ttft_ms, m.slo_itl_ms))
+    return {**{k: getattr(m, k) for k in JSON_KEYS}, "tenants": tenants_json(run.results, targets, tenant)}
 
 
-def result_json(runs: Sequence[PolicyRun], workload: dict[str, Any]) -> dict[str, Any]:
-    return {"policies": {r.policy: policy_json(r) for r in runs}, "workload": dict(workload)}
+def result_json(runs: Sequence[PolicyRun], workload: dict[str, Any], targets: TargetsOf | None = None,
+                tenant: str | None = None) -> dict[str, Any]:
+    return {"policies": {r.policy: policy_json(r, targets, tenant) for r in runs}, "workload": dict(workload)}
 
 
-def write_json(path: str | Path, runs: Sequence[PolicyRun], workload: dict[str, Any]) -> None:
+def write_json(path: str | Path, runs: Sequence[PolicyRun], workload: dict[str, Any], targets: TargetsOf | None = None,
+               tenant: str | None = None) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(result_json(runs, workload), indent=2) + "\n")
+    Path(path).write_text(json.dumps(result_json(runs, workload, targets, tenant), indent=2) + "\n")
 
 
 # The fields of one `--requests-jsonl` record; `kvserve sim --requests-jsonl` writes the same.
@@ -121,4 +128,28 @@ def comparison_table(runs: Sequence[PolicyRun], title: str = "kvserve bench") ->
             for i, run in enumerate(runs)
         ]
         table.add_row(header, *cells)
+    return table
+
+
+MAX_TENANT_ROWS = 8  # more tenants than this: the JSON has them, the terminal does not
+
+
+def tenant_table(runs: Sequence[PolicyRun], targets: TargetsOf | None = None, tenant: str | None = None) -> Table | None:
+    """Per tenant, per policy: TTFT p90 and SLO attainment; None when there are more than MAX_TENANT_ROWS tenants."""
+    per = [policy_json(r, targets, tenant)["tenants"] for r in runs]
+    names = sorted({t for p in per for t in p})
+    if not names or len(names) > MAX_TENANT_ROWS:
+        return None
+    table = Table(title="per tenant: TTFT p90 ms / SLO attainment")
+    table.add_column("tenant", style="bold")
+    for run in runs:
+        table.add_column(run.policy, justify="right")
+    for name in names:
+        cells = []
+        for p in per:
+            row = p.get(name)
+            p90 = "-" if not row or row["ttft_p90_ms"] is None else f"{row['ttft_p90_ms']:.0f}"
+            att = "-" if not row or row["slo_attainment"] is None else f"{row['slo_attainment']:.2f}"
+            cells.append(f"{p90} / {att}")
+        table.add_row(name, *cells)
     return table

@@ -46,6 +46,14 @@ def _cluster_config(url: str, headers: dict, config_file: Optional[Path], need_f
         ) from None
 
 
+def _cluster_config_or_none(url: str, headers: dict, config_file: Optional[Path]) -> KVServeConfig | None:
+    """The full config for per-tenant targets, or None when the server's copy does not validate (redacted keys)."""
+    try:
+        return _cluster_config(url, headers, config_file, need_full=True)[2]
+    except Exception:  # unreachable or redacted: every tenant then gets the cluster's targets
+        return None
+
+
 def _expected_replicas(num_replicas: int | None, autoscaled: bool) -> int | None:
     return None if autoscaled or num_replicas is None else int(num_replicas)
 
@@ -109,8 +117,10 @@ def bench(
     from bench.cluster_check import ClusterMismatch, wait_ready
     from bench.plots import plot_timeline, plot_ttft_cdf
     from bench.loop_lag import STARVED_MS
-    from bench.report import comparison_table, write_json, write_requests_jsonl
+    from bench.report import comparison_table, tenant_table, write_json, write_requests_jsonl
     from bench.runner import ReplayOptions, default_deploy, run_policies
+    from bench.tenant_slo import key_tenant, targets_of
+    from kvserve.policy_params import SLOTargets
     from bench.prepare import LoadSpec, apply_load, build_workload, load_tokenizer, parse_policies, warmup_requests
     from bench.timeline import timeline_json
 
@@ -201,9 +211,13 @@ def bench(
         sample_stats=timeline is not None, ready_timeout_s=ready_timeout,
     )
 
+    tenant_cfg = full_cfg or _cluster_config_or_none(url, headers, config_file)
+    targets = targets_of(tenant_cfg.tenants if tenant_cfg else None, SLOTargets(slo_ttft_ms, slo_itl_ms))
+    sender = key_tenant(tenant_cfg, api_key)
+
     def write_results(done: list) -> None:  # after every policy: a later failure loses nothing measured
         if json_out:
-            write_json(json_out, done, params)
+            write_json(json_out, done, params, targets, sender)
         if requests_jsonl:
             write_requests_jsonl(requests_jsonl, done)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -232,6 +246,9 @@ def bench(
             raise typer.Exit(2) from None
 
     console.print(comparison_table(runs, title=f"kvserve bench — {wl.name}, {len(wl.requests)} requests"))
+    per_tenant = tenant_table(runs, targets, sender)
+    if per_tenant is not None:
+        console.print(per_tenant)
     for run in runs:
         m = run.metrics
         if m.errors:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flow.attainment import ttft_attainment
 from flow.fairness import jain_fairness
 from kvserve.config import KVServeConfig
 from router.block_hash import chain_hashes
@@ -23,6 +24,7 @@ from simulator.engine import SimRequest, blocks_for
 from simulator.flow_pending import FlowSim
 from simulator.metrics import percentile
 from simulator.runner import SimSetup
+from simulator.tenant_slo import targets_of
 from simulator.workloads import PromptTokens, SimWorkload
 
 VICTIMS = tuple(f"victim-{i}" for i in range(4))
@@ -125,16 +127,16 @@ def run_summary(res: RunResult, cfg: KVServeConfig, weights: Mapping[str, float]
             "errors": sum(1 for r in rs if r.failed) - n503,
             "requests": len(rs),
             "ttft_target_ms": target,
-            "ttft_slo_attainment": sum(1 for x in ttft if x <= target) / len(rs),
+            "ttft_slo_attainment": ttft_attainment(
+                [(r.first_token - r.arrival) * 1000.0 if not r.failed and r.first_token is not None else None
+                 for r in rs], target),
         }
     return {"tenants": tenants, "jain_fairness": jain_fairness(service, demand, weights),
             "output_tok_per_s": sum(v["output_tok_per_s"] for v in tenants.values())}
 
 
 def _ttft_target(cfg: KVServeConfig, tenant: str) -> float:
-    key_class = {k.tenant: k.tenant_class for k in cfg.tenants.keys}
-    c = cfg.tenants.classes[key_class.get(tenant, "default")]
-    return c.ttft_p90_ms or cfg.slo.ttft_p90_ms
+    return targets_of(cfg)(tenant).ttft_p90_ms
 
 
 def noisy_neighbour(setup: SimSetup, mix: NoisyMix) -> dict[str, Any]:

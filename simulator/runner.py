@@ -28,13 +28,14 @@ from simulator.oracle import (
 )
 from simulator.partition_oracle import best_static_partition
 from simulator.slo_tiers import TieredTargets
+from simulator.tenant_slo import tenants_json
 from simulator.workloads import SimWorkload
 
 ROUTING_KEYS = (
     "ttft_p50_ms", "ttft_p90_ms", "prefix_hit_rate", "oracle_hit_rate",
-    "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds",
+    "infinite_hit_rate", "share_max_over_mean", "slo_attainment", "replica_seconds", "tenants",
 )
-AUTOSCALING_KEYS = ("slo_attainment", "replica_seconds", "oracle_replica_seconds", "failed_requests")
+AUTOSCALING_KEYS = ("slo_attainment", "replica_seconds", "oracle_replica_seconds", "failed_requests", "tenants")
 
 PACKAGED_PROFILE = Path(kvserve.profiles.__file__).resolve().parent / "h200-vllm0.24-llama8b-profile.json"
 TRACE_CACHE_FILL = 0.7  # a trace's distinct blocks fill this fraction of the cluster's KV cache by default
@@ -109,6 +110,7 @@ def routing_summary(res: RunResult, setup: SimSetup, bounds: dict[str, float]) -
         **bounds,
         "share_max_over_mean": share_max_over_mean(counts),
         "slo_attainment": slo_attainment(res.requests, res.itl, setup.cfg.slo),
+        "tenants": tenants_json(res.requests, setup.cfg),
         "replica_seconds": res.replica_seconds,
         "failed_requests": res.failed_requests,
         "rejected_requests": res.rejected_requests,
@@ -236,6 +238,7 @@ def compare_autoscalers(
             **latency_summary(res.requests, res.itl),
             **scale_up_window(res.requests, res.serving_since),
             "per_minute": per_minute_rows(res, need, met),
+            "tenants": tenants_json(res.requests, setup.cfg),
         }
     out = _split(summary, AUTOSCALING_KEYS, "autoscalers", time.perf_counter() - t0)
     out["routing_policy"] = routing_policy

@@ -189,7 +189,10 @@ def test_cli_acceptance_flags_against_fake(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert list(data["policies"]) == ["pow2", "ray_prefix", "kvserve"]
-    assert all(tuple(v) == JSON_KEYS for v in data["policies"].values())
+    assert all(tuple(v) == (*JSON_KEYS, "tenants") for v in data["policies"].values())
+    for v in data["policies"].values():  # the workload's tenants (no API key), each with every request answered fast
+        assert 1 < len(v["tenants"]) <= 16 and sum(t["requests"] for t in v["tenants"].values()) == 30
+        assert all(t["slo_attainment"] == 1.0 and t["errors"] == 0 for t in v["tenants"].values())
     assert data["workload"]["tenants"] == 16 and data["workload"]["concurrency"] == 8
     assert [c.router.policy for c in deployed] == ["pow2", "ray_prefix", "kvserve"]
     assert (tmp_path / "out.ttft_cdf.png").stat().st_size > 1000

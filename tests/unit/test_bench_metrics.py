@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bench.client import RequestResult
 from bench.metrics import meets_slo, percentile, share_max_over_mean, summarize
-from bench.report import JSON_KEYS, REQUEST_FIELDS, comparison_table, result_json, write_requests_jsonl
+from bench.report import JSON_KEYS, MAX_TENANT_ROWS, REQUEST_FIELDS, comparison_table, result_json, tenant_table, write_requests_jsonl
 from bench.runner import PolicyRun
 from bench.server_stats import parse_stats, prefix_hit_rate
 from bench.timeline import StatsSample, build_timeline
@@ -112,9 +112,28 @@ def test_json_has_exactly_the_issue_keys():
     assert set(out) == {"policies", "workload"}
     assert list(out["policies"]) == ["pow2", "kvserve"]
     for v in out["policies"].values():
-        assert tuple(v) == JSON_KEYS
+        assert tuple(v) == (*JSON_KEYS, "tenants")
+        assert set(v["tenants"]) == {"default"}  # these requests carry no tenant
+        assert v["tenants"]["default"]["requests"] == 2 and v["tenants"]["default"]["slo_attainment"] == 1.0
     assert out["policies"]["kvserve"]["ttft_p50_ms"] == pytest.approx(55.0)
     assert out["policies"]["pow2"]["errors"] == 0
+
+
+def test_tenant_table_only_for_few_tenants():
+    from rich.console import Console
+
+    runs = [_run("pow2", [100, 3000]), _run("kvserve", [50, 60])]
+    for r in runs:
+        for i, res in enumerate(r.results):
+            res.tenant = f"t{i}"
+    console = Console(width=120, record=True)
+    console.print(tenant_table(runs))
+    text = console.export_text()
+    assert "t0" in text and "t1" in text and "3000 / 0.00" in text and "60 / 1.00" in text
+    many = [_run("pow2", [10.0] * (MAX_TENANT_ROWS + 1))]
+    for i, res in enumerate(many[0].results):
+        res.tenant = f"t{i}"
+    assert tenant_table(many) is None
 
 
 def test_requests_jsonl_one_line_per_request_in_send_order(tmp_path):

@@ -38,6 +38,7 @@ def test_routing_json_has_the_agreed_keys(tmp_path: Path) -> None:
     assert set(data["policies"]) == {"round_robin", "kvserve"}
     for row in data["policies"].values():
         assert set(row) == set(ROUTING_KEYS)
+        assert sum(t["requests"] for t in row["tenants"].values()) == 4  # every request, under its tenant
     assert data["sim_wall_s"] > 0 and data["workload"]["requests"] == 4
     # 7 distinct chained blocks / (0.7 x 2 replicas) -> 5 blocks each (the largest request needs 4)
     assert data["workload"]["kv_blocks_per_replica"] == 5
@@ -83,6 +84,7 @@ def test_autoscaler_json_has_the_agreed_keys(tmp_path: Path) -> None:
         assert set(row) == set(AUTOSCALING_KEYS)
         assert [m["minute"] for m in data["details"][name]["per_minute"]] == [0]
         assert row["failed_requests"] == 0 and row["replica_seconds"] > 0
+        assert all(0.0 <= t["slo_attainment"] <= 1.0 and t["errors"] == 0 for t in row["tenants"].values())
     assert data["autoscalers"]["fixed_max"]["replica_seconds"] >= data["autoscalers"]["fixed_max"]["oracle_replica_seconds"]
 
 
