@@ -66,6 +66,12 @@ def plan(workloads: Sequence[ScenarioWorkload] = WORKLOADS) -> list[tuple[str, l
     return out
 
 
+def _chats_beside(vocab: Any, rng: random.Random, n: int, every: int, long_tokens: int) -> tuple[list, list[int]]:
+    """`n` 128-token chats answered in 48 tokens, every `every`-th replaced by a `long_tokens` prompt answered in 8."""
+    longs = [i % every == every - 1 for i in range(n)]
+    return [vocab.sample(rng, long_tokens if lng else 128) for lng in longs], [8 if lng else 48 for lng in longs]
+
+
 def _repeating(vocab, rng: random.Random, period: int, repeats: int) -> list[int]:
     return vocab.sample(rng, period) * repeats
 
@@ -78,23 +84,13 @@ def build_requests(name: str, vocab, seed: int) -> list[BenchRequest]:
 
     rng = random.Random(f"{seed}:{name}")
     if name == "chat":  # 128-token chats; every fourth message pastes 600 tokens of text
-        ids, outs = [], []
-        for i in range(20):
-            paste = i % 4 == 3
-            ids.append(vocab.sample(rng, 600 if paste else 128))
-            outs.append(8 if paste else 48)
-        return reqs(ids, outs)
+        return reqs(*_chats_beside(vocab, rng, 20, every=4, long_tokens=600))
     if name == "offline-batch":  # unique 128-token prompts, 32 output tokens
         wl = multi_tenant(vocab, tenants=1, system_tokens=0, question_tokens=128, output_tokens=32, requests=128,
                           seed=seed)
         return reqs([r.prompt_ids for r in wl.requests], [32] * 128)
     if name == "long-document":  # every third request a fresh 1,800-token document, the rest 128-token chats
-        ids, outs = [], []
-        for i in range(15):
-            doc = i % 3 == 2
-            ids.append(vocab.sample(rng, 1800 if doc else 128))
-            outs.append(8 if doc else 48)
-        return reqs(ids, outs)
+        return reqs(*_chats_beside(vocab, rng, 15, every=3, long_tokens=1800))
     if name == "edge":  # a 48-token passage repeated 4 times; the output goes on repeating it
         return reqs([_repeating(vocab, rng, 48, 4) for _ in range(6)], [64] * 6)
     raise ValueError(f"unknown scenario workload {name!r}")
