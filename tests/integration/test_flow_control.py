@@ -3,7 +3,6 @@ queue, a victim arriving behind it goes first, and the flood past its queue boun
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,43 +10,33 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from kvserve.config import load_config
-from tests.integration.conftest import MODEL, _free_port
+from tests.integration.conftest import KEYS, MODEL
 
 pytestmark = pytest.mark.integration
 
-KEYS = {"flood": "sk-test-flood", "victim": "sk-test-victim"}
+ROLES = {"flood": "tenant-a", "victim": "tenant-b"}  # two of the session's tenants, both in class `default`
 QUEUE_BOUND = 3
 
 
 @pytest.fixture(scope="module")
-def flow_cluster(tmp_path_factory):
-    from cluster.local import base_url, deploy, shutdown, start_cluster
-    from deployments.auth import hash_key
-    from kvserve.model import prepare_model
+def flow_cluster(cluster):
+    """The session's cluster redeployed with 1 replica, one slot and flow control on; restored after."""
+    from cluster.local import deploy
 
-    prepare_model()
-    os.environ.setdefault("KVSERVE_LOG_TO_DRIVER", "0")
-    cfg = load_config(overrides={
-        "num_replicas": 1,
-        "engine": {"max_num_seqs": 4},
-        "server": {"port": _free_port()},
-        "flow": {"enabled": True, "slots_per_replica": 1, "max_queued_per_tenant": QUEUE_BOUND},
-        "tenants": {"open_mode": False, "keys": [{"tenant": t, "key_sha256": hash_key(k)} for t, k in KEYS.items()]},
-        "batch": {"db_path": str(tmp_path_factory.mktemp("batch") / "batch.sqlite")},
-    }, environ={})
-    started = start_cluster(cfg, join_existing=False)
+    cfg = cluster.cfg.model_copy(deep=True)
+    cfg.num_replicas = 1
+    cfg.flow = cfg.flow.model_validate({"enabled": True, "slots_per_replica": 1, "max_queued_per_tenant": QUEUE_BOUND})
     try:
         deploy(cfg, address=None, timeout_s=900)
-        yield base_url(cfg)
+        yield cluster.url
     finally:
-        shutdown(started)
+        deploy(cluster.cfg, address=None, timeout_s=900)  # back to the session's config
 
 
 def _ask(url: str, tenant: str, done: list, lock: threading.Lock, n: int = 0) -> httpx.Response:
     body = {"model": MODEL, "messages": [{"role": "user", "content": f"Write a long story about ship {n}."}],
             "max_tokens": 48, "temperature": 0, "ignore_eos": True}
-    r = httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEYS[tenant]}"},
+    r = httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEYS[ROLES[tenant]]}"},
                    timeout=300)
     with lock:
         done.append((tenant, n, r.status_code, time.monotonic()))
