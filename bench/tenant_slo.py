@@ -24,7 +24,7 @@ def targets_of(tenants: TenantsConfig | None, default: SLOTargets) -> TargetsOf:
     if tenants is None:
         return lambda _t: default
     tiers = {n: Tier(c.ttft_p90_ms, c.itl_p90_ms) for n, c in tenants.classes.items()}
-    return tenant_targets(default, tiers, {k.tenant: k.tenant_class for k in tenants.keys})
+    return tenant_targets(default, tiers, tenants.key_classes())
 
 
 def key_tenant(cfg: KVServeConfig | None, api_key: str | None) -> str | None:

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from deployments.errors import APIError
+from deployments.tenant_classes import tenant_classes
 from flow.cost import DecodeEstimate, request_cost
 from flow.fair_queue import FairQueue, QueueFull, Ticket
 from kvserve.config import KVServeConfig
@@ -61,7 +62,7 @@ class FlowGate:
         self.per_replica = cfg.flow.slots_per_replica or cfg.engine.max_num_seqs
         self.queue = FairQueue(cfg.flow.params())
         self.classes = cfg.tenants.classes
-        self.tenant_class = {k.tenant: k.tenant_class for k in cfg.tenants.keys}
+        self.tenant_class = tenant_classes(cfg.tenants)
         self.batch_priority = min(c.priority for c in self.classes.values()) - 1  # below every class
         self.replicas = max(cfg.num_replicas if not cfg.autoscaling.enabled else cfg.autoscaling.min_replicas, 1)
         self.held: dict[int, Slot] = {}  # slots taken and not yet released

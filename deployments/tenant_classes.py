@@ -15,7 +15,7 @@ UNKNOWN = "unknown"  # requests without a valid key: no tenant, so no class
 def tenant_classes(cfg: TenantsConfig) -> dict[str, str]:
     """tenant -> class name. Open mode's tenant (`default`) is in the `default` class."""
     out = {DEFAULT_CLASS: DEFAULT_CLASS} if cfg.open_mode else {}
-    out.update({k.tenant: k.tenant_class for k in cfg.keys})
+    out.update(cfg.key_classes())
     if cfg.keys_file:
         data = yaml.safe_load(Path(cfg.keys_file).read_text()) or []
         for i, entry in enumerate(data if isinstance(data, list) else []):

@@ -12,16 +12,13 @@ import time
 from collections.abc import Iterable, Mapping
 
 from autoscaling.window import NO_DATA
+from deployments.tenant_classes import tenant_classes
 from flow.tiers import Tier, TierTraffic, effective_targets
 from kvserve.config import KVServeConfig
 from kvserve.policy_params import SLOTargets
 
 TIER_TTFT_KEY = "kvserve_tier_ttft_p90_ms"
 TIER_ITL_KEY = "kvserve_tier_itl_p90_ms"
-
-
-def tenant_classes(cfg: KVServeConfig) -> dict[str, str]:
-    return {k.tenant: k.tenant_class for k in cfg.tenants.keys}
 
 
 def class_tiers(cfg: KVServeConfig) -> dict[str, Tier]:
@@ -32,7 +29,7 @@ def class_tiers(cfg: KVServeConfig) -> dict[str, Tier]:
 
 class TierStats:
     def __init__(self, cfg: KVServeConfig) -> None:
-        self.of = tenant_classes(cfg)
+        self.of = tenant_classes(cfg.tenants)
         self.traffic = TierTraffic(class_tiers(cfg), cfg.autoscaling.look_back_s)
 
     def saw(self, tenant: str) -> None:

@@ -428,6 +428,10 @@ class TenantsConfig(_Section):
         "open mode's tenant is in `default`. A `default` class is added when absent.",
     )
 
+    def key_classes(self) -> dict[str, str]:
+        """tenant -> class name, for the keys in this config (deployments.tenant_classes adds keys_file's)."""
+        return {k.tenant: k.tenant_class for k in self.keys}
+
     @model_validator(mode="after")
     def _classes_known(self) -> TenantsConfig:
         if "default" not in self.classes:

@@ -98,7 +98,7 @@ def capacity_rps(setup: SimSetup, mix: NoisyMix) -> float:
 
 def flow_sim(cfg: KVServeConfig, max_num_seqs: int, tenants: Sequence[str]) -> FlowSim:
     classes = cfg.tenants.classes
-    key_class = {k.tenant: k.tenant_class for k in cfg.tenants.keys}
+    key_class = cfg.tenants.key_classes()
     by_tenant = {t: (classes[key_class.get(t, "default")].priority, classes[key_class.get(t, "default")].weight)
                  for t in tenants}
     return FlowSim(cfg.flow.params(), cfg.flow.slots_per_replica or max_num_seqs, by_tenant)

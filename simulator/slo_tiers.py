@@ -24,7 +24,7 @@ class TieredTargets:
         self.make, self.default = make, cfg.slo.params()
         self.targets, self.policy = self.default, make(self.default)
         self.name = getattr(self.policy, "name", "policy")
-        self.of = {k.tenant: k.tenant_class for k in cfg.tenants.keys}
+        self.of = cfg.tenants.key_classes()
         tiers = {n: Tier(c.ttft_p90_ms, c.itl_p90_ms) for n, c in cfg.tenants.classes.items()
                  if c.ttft_p90_ms is not None or c.itl_p90_ms is not None}  # as deployments.tier_stats
         self.traffic = TierTraffic(tiers, cfg.autoscaling.look_back_s)

@@ -18,7 +18,7 @@ from simulator.engine import SimRequest
 
 def targets_of(cfg: KVServeConfig) -> Callable[[str], SLOTargets]:
     tiers = {n: Tier(c.ttft_p90_ms, c.itl_p90_ms) for n, c in cfg.tenants.classes.items()}
-    return tenant_targets(cfg.slo.params(), tiers, {k.tenant: k.tenant_class for k in cfg.tenants.keys})
+    return tenant_targets(cfg.slo.params(), tiers, cfg.tenants.key_classes())
 
 
 def outcome(r: SimRequest) -> Outcome:
