@@ -41,18 +41,24 @@ async def wait_ready(client: httpx.AsyncClient, base_url: str, headers: dict | N
 
 
 async def serving_replicas(client: httpx.AsyncClient, base_url: str, headers: dict | None, expected: int | None,
-                           settle_s: float = 30.0, poll_s: float = 0.5) -> list[str]:
-    """The ids of the replicas answering stats, once they are `expected` many.
+                           settle_s: float = 30.0, poll_s: float = 0.5, cache_epoch: str | None = None) -> list[str]:
+    """The ids of the replicas answering stats, once they are `expected` many (and, with
+    `cache_epoch`, once every one has emptied its prefix cache for that epoch).
 
     A replica that Serve just marked RUNNING reports its first stats within a few stats periods,
     so the count may lag `/ready` briefly: wait up to `settle_s` for it. `expected` None (an
     autoscaled cluster, whose size is the autoscaler's): take whatever serves."""
     deadline = time.monotonic() + settle_s
     while True:
-        ids = sorted(await fetch_stats(client, base_url, headers))
-        if expected is None or len(ids) == expected:
+        snap = await fetch_stats(client, base_url, headers)
+        ids = sorted(snap)
+        stale = [i for i in ids if cache_epoch is not None and snap[i].cache_epoch != cache_epoch]
+        if (expected is None or len(ids) == expected) and not stale:
             return ids
         if time.monotonic() > deadline:
+            if stale:
+                raise ClusterMismatch(f"replica(s) {', '.join(stale)} did not empty their prefix caches; "
+                                      "refusing to measure a policy on another policy's caches")
             raise ClusterMismatch(
                 f"asked for {expected} replica(s) but {len(ids)} serve ({', '.join(ids) or 'none'}); "
                 "refusing to measure a different cluster than the one claimed")
@@ -60,7 +66,8 @@ async def serving_replicas(client: httpx.AsyncClient, base_url: str, headers: di
 
 
 async def verify(base_url: str, headers: dict | None, expected: int | None, ready_timeout_s: float,
-                 settle_s: float = 30.0, on_wait: Callable[[str], None] | None = None) -> list[str]:
+                 settle_s: float = 30.0, on_wait: Callable[[str], None] | None = None,
+                 cache_epoch: str | None = None) -> list[str]:
     async with httpx.AsyncClient() as client:
         await wait_ready(client, base_url, headers, ready_timeout_s, on_wait)
-        return await serving_replicas(client, base_url, headers, expected, settle_s)
+        return await serving_replicas(client, base_url, headers, expected, settle_s, cache_epoch=cache_epoch)

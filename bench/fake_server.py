@@ -39,6 +39,7 @@ class FakeKVServe:
         self.counters = {
             r: {"prefix_cache_queries": 0, "prefix_cache_hits": 0, "num_requests": 0} for r in self.b.replicas
         }
+        self.cache_epochs: dict[str, str] = {}  # replica -> the cache epoch it reports (none: absent)
         self.bodies: list[dict] = []
         self._n = 0
         self.ready_polls = 0
@@ -93,7 +94,8 @@ class FakeKVServe:
 
     async def stats(self, request: Request) -> Response:
         with self._lock:
-            reps = [{"replica_id": r, **c, "kv_usage": 0.1, "waiting": 0, "running": 1} for r, c in self.counters.items()]
+            reps = [{"replica_id": r, **c, "kv_usage": 0.1, "waiting": 0, "running": 1,
+                     "cache_epoch": self.cache_epochs.get(r)} for r, c in self.counters.items()]
         return JSONResponse({"replicas": reps})
 
     def serve_replicas(self, replicas: tuple[str, ...]) -> None:

@@ -30,11 +30,11 @@ router-ab)
   cfg=bench/configs/gpu-8b-4replicas.yaml
   setsid $py -m cli serve --config $cfg > /tmp/serve.log 2>&1 < /dev/null &
   pid=$!
-  # The bench waits for every replica itself (/ready); it redeploys each policy on cold engines (~4 min for
-  # 4 engines with CUDA graphs, ~30 s of requests each): kvserve goes first so a cut-short run keeps it.
+  # The bench waits for every replica itself (/ready). Each policy restarts the ingress (its router) and
+  # empties the engines' prefix caches; the engines start once (~4 min for 4 with CUDA graphs).
   $py -m cli bench --config $cfg --workload multi-tenant --tenants 32 --tenant-skew zipf:1.1 \
     --system-tokens 2000 --question-tokens 50 --output-tokens 64 --concurrency 64 --requests "${REQUESTS:-600}" \
-    --policies "${POLICIES:-kvserve,ray_prefix,pow2,round_robin}" --ready-timeout 300 --timeout 300 \
+    --policies "${POLICIES:-kvserve,ray_prefix,pow2,round_robin}" --ready-timeout 600 --timeout 300 \
     --json "$out/gpu-router-ab.json" --requests-jsonl /tmp/router-ab.requests.jsonl
   rc=$?
   kill -INT -- -$pid 2>/dev/null; sleep 10; /tmp/site/bin/ray stop --force > /dev/null 2>&1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -163,15 +164,23 @@ async def replay(
     return PolicyRun(policy, metrics, results, timeline, late)
 
 
-Deploy = Callable[[Any], None]
+Deploy = Callable[[Any], "str | None"]  # deploys a config; returns the cache epoch the replicas must report
 OnDone = Callable[[list[PolicyRun]], None]
 
 
-def default_deploy(address: str) -> Deploy:
-    """The lead's `cluster.local.deploy`, imported only when a redeploy is asked for (needs Ray)."""
+def default_deploy(address: str, cold_engines: bool = False) -> Deploy:
+    """Every policy starts on empty prefix caches. By default the engines are kept (a new cache epoch
+    empties their caches; the policy's router starts with the ingress, which restarts): a GPU engine
+    takes minutes to start, and what the policies are compared on, the caches, starts empty either way.
+    `cold_engines`: restart every replica instead."""
 
-    def deploy(cfg: Any) -> None:
-        _deploy(cfg, address=address, restart=True)  # every policy starts on cold engines
+    def deploy(cfg: Any) -> str | None:
+        if cold_engines:
+            _deploy(cfg, address=address, restart=True)
+            return None
+        epoch = uuid.uuid4().hex
+        _deploy(cfg, address=address, cache_epoch=epoch)
+        return epoch
 
     return deploy
 
@@ -211,15 +220,15 @@ def run_policies(
     runs: list[PolicyRun] = []
     for policy in policies:
         name = policy or "current"
-        expected = expected_replicas
+        expected, epoch = expected_replicas, None
         if policy is not None or kv_cache_tokens is not None:
             if base_cfg is None or deploy is None:
                 raise ValueError("redeploying needs the cluster's config and a deploy function")
             cfg = policy_config(base_cfg, policy, kv_cache_tokens)
-            deploy(cfg)
+            epoch = deploy(cfg)
             expected = None if cfg.autoscaling.enabled else cfg.num_replicas
         serving = asyncio.run(verify(opts.base_url, opts.headers, expected, opts.ready_timeout_s,
-                                     opts.replica_settle_s, on_wait))
+                                     opts.replica_settle_s, on_wait, cache_epoch=epoch))
         if on_start:
             on_start(name)
         run = asyncio.run(replay(opts, reqs, policy=name, on_result=on_result, warmup=warmup))

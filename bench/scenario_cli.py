@@ -27,7 +27,7 @@ def run_scenario(base_cfg, *, address: str, url: str, api_key: str | None, token
     vocab = SafeVocab(vocab_tok)
     opts = ReplayOptions(base_url=url, model=base_cfg.model.name, api_key=api_key, timeout_s=timeout,
                          connect_timeout_s=connect_timeout)
-    redeploy = default_deploy(address)
+    redeploy = default_deploy(address, cold_engines=True)  # presets change engine flags: engines restart anyway
     params = {"sweep": "scenario", "seed": seed, "model": base_cfg.model.name, "device": base_cfg.engine.device,
               "replicas": base_cfg.num_replicas, "date": time.strftime("%Y-%m-%d", time.gmtime()),
               "host": host_description(), "plan": plan()}

@@ -21,6 +21,7 @@ class ReplicaCounters:
     kv_usage: float = 0.0
     waiting: int = 0
     running: int = 0
+    cache_epoch: str | None = None  # bumped by a redeploy that empties the prefix caches
 
 
 Snapshot = dict[str, ReplicaCounters]
@@ -37,6 +38,7 @@ def parse_stats(payload: dict) -> Snapshot:
             kv_usage=float(r.get("kv_usage", 0.0)),
             waiting=int(r.get("waiting", 0)),
             running=int(r.get("running", 0)),
+            cache_epoch=r.get("cache_epoch"),
         )
         out[c.replica_id] = c
     return out

@@ -83,6 +83,7 @@ def bench(
     kv_cache_tokens: Optional[int] = typer.Option(None, "--kv-cache-tokens", help="Redeploy with this KV capacity."),
     config_file: Optional[Path] = typer.Option(None, "--config", help="Base config for redeploys (default: server's)."),
     address: str = typer.Option("auto", "--address", help="Ray cluster address for redeploys."),
+    cold_engines: bool = typer.Option(False, "--cold-engines", help="Restart every engine per policy (default: keep the engines, empty their prefix caches)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Unrelated requests per policy, excluded from stats."),
     timeout: float = typer.Option(120.0, "--timeout", help="Per-request limit in seconds."),
     ready_timeout: float = typer.Option(900.0, "--ready-timeout", min=0.0, help="Wait this long for every configured replica to serve (/ready) before measuring."),
@@ -236,7 +237,7 @@ def bench(
         try:
             runs = run_policies(
                 opts, wl.requests, policy_list, base_cfg=full_cfg, kv_cache_tokens=kv_cache_tokens,
-                deploy=default_deploy(address) if redeploy else None, warmup=warm, on_start=on_start,
+                deploy=default_deploy(address, cold_engines) if redeploy else None, warmup=warm, on_start=on_start,
                 on_result=on_result, on_done=write_results, expected_replicas=expected_replicas,
             )
         except ClusterMismatch as e:

@@ -56,7 +56,7 @@ def bench_noisy(full_cfg: Any, url: str, vocab: Any, opts: Any, address: str, js
     from bench.noisy_neighbour import run_noisy
     from bench.runner import default_deploy
 
-    out = run_noisy(full_cfg, url, vocab, opts, default_deploy(address), console.print)
+    out = run_noisy(full_cfg, url, vocab, opts, default_deploy(address, cold_engines=True), console.print)
     print_runs(console, out, f"noisy neighbour, live, {full_cfg.num_replicas} replicas: flow control off / on / victims solo")
     if json_out is not None:
         json_out.write_text(json.dumps(out, indent=1) + "\n")

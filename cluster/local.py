@@ -71,12 +71,14 @@ def start_cluster(cfg: KVServeConfig, join_existing: bool = True) -> bool:
 
 
 def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 600.0,
-           on_wait: Callable[[str], None] | None = None, restart: bool = False, wait: bool = True) -> None:
+           on_wait: Callable[[str], None] | None = None, restart: bool = False, wait: bool = True,
+           cache_epoch: str = "") -> None:
     """(Re)deploy the app described by `cfg` and (with `wait`) wait until every replica serves.
 
     Replicas restart only when the config (apart from the replica count) or the code changed
     (`deployments.app.deployment_version`): a resize keeps the running engines and their caches.
-    `restart`: replace every replica anyway (cold engines and caches)."""
+    `restart`: replace every replica anyway (cold engines and caches).
+    `cache_epoch`: a value other than the running one empties every replica's prefix cache, engines kept."""
     import ray
     from ray import serve
 
@@ -90,7 +92,7 @@ def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 
         http_options={"host": cfg.server.host, "port": cfg.server.port,
                       "request_timeout_s": cfg.server.request_timeout_s},
     )
-    args: dict = {"config": cfg}
+    args: dict = {"config": cfg, "cache_epoch": cache_epoch}
     if restart:
         args["generation"] = uuid.uuid4().hex
     # Serve's own wait (for the app to be RUNNING) only with `wait`: without it the caller gets the

@@ -81,9 +81,16 @@ def deployment_version(config_args: dict, generation: str = "") -> str:
     -- a resize too -- restarted every engine and emptied every KV cache. With this version a
     resize is a lightweight update (replicas added or drained, none restarted), as it is for a
     Serve config file (`cluster.serve_config.size_overrides`); there Serve derives the version itself.
-    `generation`: any new value forces a restart (the bench wants cold engines per policy)."""
+    `generation`: any new value forces a restart (`kvserve bench --cold-engines`)."""
     payload = json.dumps([config_args, generation], sort_keys=True, default=str).encode()
     return hashlib.sha256(payload + source_fingerprint().encode()).hexdigest()[:32]
+
+
+def replica_version(config_args: dict, generation: str = "") -> str:
+    """The replicas' version leaves out the routing policy: it runs in the ingress's handle, so a
+    policy change restarts the ingress (a new handle, a new router) and only reconfigures the engines."""
+    router = {k: v for k, v in config_args.get("router", {}).items() if k != "policy"}
+    return deployment_version({**config_args, "router": router}, generation)
 
 
 def batch_store_pin(cfg: KVServeConfig) -> dict[str, Any]:
@@ -101,9 +108,13 @@ def build_app(args: dict) -> serve.Application:
     # scale: it restarts neither the engines that keep serving nor the ingress, whose restart
     # would cut the streams it is relaying (the replica count is not read by either).
     config_args = {**config, "num_replicas": 1}
-    version = deployment_version(config_args, str(args.get("generation", "")))
-    replica = serve.deployment(LLMReplica).options(**replica_options(cfg))
-    replica = replica.options(version=version, _internal=True).bind(config_args)  # (Serve's own way to pin it)
+    generation = str(args.get("generation", ""))
+    version = deployment_version(config_args, generation)
+    # A new cache_epoch empties every replica's prefix cache (LLMReplica.reconfigure), engines kept.
+    replica = serve.deployment(LLMReplica).options(**replica_options(cfg),
+                                                   user_config={"cache_epoch": str(args.get("cache_epoch", ""))})
+    replica = replica.options(version=replica_version(config_args, generation),
+                              _internal=True).bind(config_args)  # (Serve's own way to pin it)
     ingress = serve.deployment(Ingress).options(
         name="Ingress",
         num_replicas=1,

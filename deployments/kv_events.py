@@ -52,6 +52,12 @@ class KVEventCollector:
         with self._lock:
             return self.blocks.version, self.blocks.snapshot()
 
+    def clear(self) -> None:
+        """The engine emptied its cache. Its AllBlocksCleared event goes out only with its next step,
+        in order before any new block, so forgetting the blocks now loses nothing."""
+        with self._lock:
+            self.blocks.cleared()
+
     def prefix_blocks(self, hashes: list[int]) -> int:
         with self._lock:
             return self.blocks.prefix_blocks(hashes)

@@ -27,7 +27,7 @@ from deployments.prefill_backlog import PrefillBacklog
 from deployments.protocol import BODY, ERROR, META, RETRY, SSE, ChatWork, CompletionWork
 from deployments.tier_stats import TierStats
 from deployments.vllm_args import apply_engine_env, engine_cli_args, gpu_device_memory, parse_vllm_args
-from deployments.vllm_compat import get, num_unfinished_requests, preflight
+from deployments.vllm_compat import get, num_unfinished_requests, preflight, reset_prefix_cache
 from kvserve.config import KVServeConfig
 
 log = logging.getLogger("kvserve.replica")
@@ -69,6 +69,7 @@ class LLMReplica:
         self._init_task = None
         self._board = None
         self._last_post = 0.0
+        self.cache_epoch: str | None = None  # set by reconfigure (deployments.app: the user_config)
         await self.ensure_started()
 
     @staticmethod
@@ -202,6 +203,25 @@ class LLMReplica:
 
     # -- Serve hooks ---------------------------------------------------------------------------
 
+    async def reconfigure(self, user_config: dict) -> None:
+        """Serve calls this with the deployment's user_config at start and on every change. A new
+        `cache_epoch` empties the prefix cache: `kvserve bench` starts each policy on empty caches
+        without restarting engines (a GPU engine takes minutes to start)."""
+        epoch = str((user_config or {}).get("cache_epoch", ""))
+        if self.cache_epoch is not None and epoch != self.cache_epoch:
+            await self._reset_prefix_cache()
+        self.cache_epoch = epoch
+
+    async def _reset_prefix_cache(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not await reset_prefix_cache(self.engine):  # requests still running hold blocks
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"replica {self.replica_id}: prefix cache still in use after {timeout_s:.0f} s")
+            await asyncio.sleep(0.5)
+        if self.kv:
+            self.kv.clear()
+        log.info("replica %s: prefix cache emptied", self.replica_id)
+
     async def check_health(self) -> None:
         await self.ensure_started()
         await self.engine.check_health()
@@ -260,6 +280,7 @@ class LLMReplica:
         c.pop("on_iteration", None)
         return {
             "replica_id": self.replica_id,
+            "cache_epoch": self.cache_epoch,
             "num_requests": self.num_requests,
             "aborted": self.aborted,
             "unfinished": num_unfinished_requests(self.engine),

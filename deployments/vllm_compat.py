@@ -118,6 +118,11 @@ def num_unfinished_requests(engine: Any) -> int:
     return engine.output_processor.get_num_unfinished_requests()  # vLLM 0.24
 
 
+async def reset_prefix_cache(engine: Any) -> bool:
+    """Empty the engine's prefix cache. False: vLLM refused (a running request holds blocks)."""
+    return await engine.reset_prefix_cache() is not False  # 0.24 may answer None
+
+
 @functools.cache
 def client_errors() -> tuple[type[BaseException], ...]:
     """The exception types vLLM raises for a bad request (-> HTTP 4xx)."""

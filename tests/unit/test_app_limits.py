@@ -37,6 +37,10 @@ def test_deploy_version_ignores_the_replica_count_only():
 
     dev = {"open_mode": True}  # build_app serves: without keys, only in explicit open mode
     two = versions({"config": KVServeConfig(num_replicas=2, tenants=dev)})
-    assert two == versions({"config": KVServeConfig(num_replicas=5, tenants=dev)}) and two[0] == two[1]
-    assert two != versions({"config": KVServeConfig.model_validate({"router": {"policy": "pow2"}, "tenants": dev})})
+    assert two == versions({"config": KVServeConfig(num_replicas=5, tenants=dev)})
+    pow2 = versions({"config": KVServeConfig.model_validate({"num_replicas": 2, "router": {"policy": "pow2"}, "tenants": dev})})
+    # The policy runs in the ingress's handle: a new one restarts the ingress, not the engines.
+    assert pow2[0] != two[0] and pow2[1] == two[1]
+    other_engine = versions({"config": KVServeConfig(num_replicas=2, tenants=dev, engine={"max_num_seqs": 3})})
+    assert other_engine[0] != two[0] and other_engine[1] != two[1]
     assert two != versions({"config": KVServeConfig(num_replicas=2, tenants=dev), "generation": "x"})  # a forced restart

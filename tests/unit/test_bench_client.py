@@ -177,7 +177,7 @@ def test_cli_acceptance_flags_against_fake(tmp_path, monkeypatch):
     server = FakeKVServe(FakeBehaviour(first_token_s=0.0, itl_s=0.0, config=dump_config(KVServeConfig())))
     deployed = []
     monkeypatch.setattr(bench.prepare, "load_tokenizer", lambda model_cfg, override=None: FakeTokenizer(3000))
-    monkeypatch.setattr(bench.runner, "default_deploy", lambda address: deployed.append)
+    monkeypatch.setattr(bench.runner, "default_deploy", lambda address, cold_engines=False: deployed.append)
     out = tmp_path / "out.json"
     with ServerThread(server.app) as t:
         result = CliRunner().invoke(app, [

@@ -83,6 +83,27 @@ def test_a_redeploy_that_does_not_take_is_refused_and_earlier_results_are_kept()
     assert len(server.bodies) == 4
 
 
+@pytest.mark.parametrize("emptied", [("replica-a", "replica-b"), ("replica-a",)])
+def test_a_policy_is_measured_only_once_every_replica_emptied_its_cache(emptied):
+    """The default redeploy keeps the engines and empties their prefix caches under a new epoch."""
+    server = FakeKVServe(FakeBehaviour(first_token_s=0.0, itl_s=0.0))
+
+    def deploy(cfg) -> str:
+        epoch = f"epoch-{cfg.router.policy}"
+        server.cache_epochs.update({r: epoch for r in emptied})
+        return epoch
+
+    with ServerThread(server.app) as t:
+        opts = ReplayOptions(base_url=t.url, model="m", concurrency=2, timeout_s=30, replica_settle_s=0.3)
+        if len(emptied) == 2:
+            runs = run_policies(opts, _requests(), ["pow2"], base_cfg=KVServeConfig(num_replicas=2), deploy=deploy)
+            assert [r.policy for r in runs] == ["pow2"] and len(server.bodies) == 4
+        else:
+            with pytest.raises(ClusterMismatch, match="replica-b did not empty"):
+                run_policies(opts, _requests(), ["pow2"], base_cfg=KVServeConfig(num_replicas=2), deploy=deploy)
+            assert not server.bodies
+
+
 def _details(status, target: int, states: list) -> dict:
     return {"applications": {"kvserve": {"deployments": {"LLMReplica": {
         "status": status, "target_num_replicas": target, "replicas": [{"state": s} for s in states]}}}}}

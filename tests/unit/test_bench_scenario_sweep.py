@@ -118,7 +118,7 @@ def test_scenario_cli_deploys_each_preset_restores_the_cluster_and_writes_verdic
     from bench.scenario_cli import run_scenario
 
     deployed: list[KVServeConfig] = []
-    monkeypatch.setattr(bench.runner, "default_deploy", lambda address: deployed.append)
+    monkeypatch.setattr(bench.runner, "default_deploy", lambda address, cold_engines=False: deployed.append)
     monkeypatch.setattr(bench.prepare, "load_tokenizer", lambda model, tok=None: FakeTokenizer())
     base = KVServeConfig.model_validate({"num_replicas": 1})
     server = FakeKVServe(FakeBehaviour(first_token_s=0.002, itl_s=0.0002, replicas=["r0"]))
