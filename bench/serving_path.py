@@ -43,6 +43,7 @@ from deployments.protocol import META, SSE
 from kvserve.config import KVServeConfig, load_config
 
 app = typer.Typer(add_completion=False)
+FLOORS = {"serve-floor": 2, "serve-floor-1hop": 1}  # bench.serve_floor: Serve's hops, none of kvserve's work
 
 class FakeReplica:
     """LLMReplica's streaming contract (META, then SSE chunks) over a fake engine."""
@@ -105,7 +106,7 @@ def bare_app(step_s: float, work_s: float, model: str):
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
 
 
-def _serve_kvserve(cfg: Any, step_s: float, work_s: float) -> None:
+def _serve_ray(cfg: Any, application: Any, ready: bool = True) -> None:
     from ray import serve
 
 
@@ -115,8 +116,9 @@ def _serve_kvserve(cfg: Any, step_s: float, work_s: float) -> None:
     started = start_cluster(cfg, join_existing=False)
     try:
         serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
-        serve.run(fake_app(cfg, step_s, work_s), name=cfg.app_name, route_prefix="/", blocking=False)
-        wait_ready(cfg, 600)
+        serve.run(application, name=cfg.app_name, route_prefix="/", blocking=False)
+        if ready:  # kvserve's /ready; the floor apps are ready once serve.run returns
+            wait_ready(cfg, 600)
         print("serving", flush=True)
         while not stop.wait(1.0):
             pass
@@ -129,14 +131,19 @@ def serve_cmd(target: str = typer.Option(...), port: int = typer.Option(...), st
               work_us: float = typer.Option(0.0), config: Optional[Path] = typer.Option(None)) -> None:
     """(internal) Run one target until SIGINT/SIGTERM."""
     cfg = load_config(config, overrides={"num_replicas": 1, "autoscaling": {"enabled": False},
-                                         "server": {"host": "127.0.0.1", "port": port}})
+                                         "server": {"host": "127.0.0.1", "port": port},
+                                         "tenants": {"open_mode": True}})  # loopback only, a fake engine
     if target == "bare":
         import uvicorn
 
         uvicorn.run(bare_app(step_ms / 1000.0, work_us / 1e6, cfg.model.name), host="127.0.0.1", port=port,
                     log_level="warning", access_log=False)
+    elif target in FLOORS:
+        from bench.serve_floor import floor_app
+
+        _serve_ray(cfg, floor_app(step_ms / 1000.0, work_us / 1e6, cfg.model.name, FLOORS[target]), ready=False)
     else:
-        _serve_kvserve(cfg, step_ms / 1000.0, work_us / 1e6)
+        _serve_ray(cfg, fake_app(cfg, step_ms / 1000.0, work_us / 1e6))
 
 
 async def probe_legs(opts: Any, vocab: Any, n: int, prompt_tokens: int) -> dict[str, float]:
@@ -162,7 +169,8 @@ async def probe_legs(opts: Any, vocab: Any, n: int, prompt_tokens: int) -> dict[
 
 @app.command("run")
 def run_cmd(
-    target: str = typer.Option("kvserve", "--target", help="kvserve or bare"),
+    target: str = typer.Option("kvserve", "--target", help="kvserve, bare, serve-floor (proxy -> ingress -> replica, "
+                               "pass-through) or serve-floor-1hop (proxy -> one deployment)"),
     concurrency: str = typer.Option("1,32,128", "--concurrency"),
     tokens: int = typer.Option(64, "--tokens", min=1, help="Output tokens per request."),
     prompt_tokens: int = typer.Option(16, "--prompt-tokens", min=1),
