@@ -44,7 +44,7 @@ def hindsight_replica_seconds(per_minute: Sequence[int], start_s: float, horizon
     every minute of [0, horizon_s), each replica paid from when it was asked for (minute 0's before
     t=0), except `initial` ones already up at t=0 (every run's first replicas, free before it)."""
     cuts = {b for m in range(1, len(per_minute)) for b in (m * MINUTE_S, m * MINUTE_S - start_s)}
-    edges = sorted(e for e in cuts | {-start_s, horizon_s} if -start_s <= e <= horizon_s)
+    edges = sorted(e for e in cuts | {-start_s, 0.0, horizon_s} if -start_s <= e <= horizon_s)
     total = 0.0
     for a, b in zip(edges, edges[1:]):  # the target is constant between consecutive cuts
         mid = (a + b) / 2
