@@ -218,8 +218,8 @@ def summarize(per_seed: dict[int, dict[str, Any]], seeds: list[int]) -> dict[str
     med = {n: {k: _median([per_seed[s][n].get(k) for s in seeds]) for k in per_seed[seeds[0]][n]} for n in names}
     # The other bounds' numbers beside each autoscaler's (like causal_bound_attainment, but taken here: the
     # median of a bound's own rows is the median of their copies).
-    beside = {f"{b}_{k}": med[b][k] for b in BOUNDS if b in med for k in ("slo_attainment", "replica_seconds")}
-    beside = {k.replace("slo_attainment", "attainment"): v for k, v in beside.items()}
+    beside = {f"{b}_{label}": med[b][k] for b in BOUNDS if b in med
+              for k, label in (("slo_attainment", "attainment"), ("replica_seconds", "replica_seconds"))}
     out: dict[str, Any] = {"autoscalers": {n: {k: {**beside, **med[n]}.get(k) for k in ROW_KEYS}
                                            for n in names if n not in BOUNDS}}
     for b in BOUNDS:
