@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 SUITES = ("autoscaling",)
+# (targets key, label, the key of its verdict against its bound)
+TARGETS = (("attainment_vs_causal", "attainment", ""), ("cost_vs_oracle", "cost", "cost_verdict"),
+           ("not_worse_than_serve_default", "vs serve_default", ""), ("prewarm_vs_fleet", "pre-warm", "prewarm_verdict"))
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -34,21 +37,26 @@ def _f(v: Any, fmt: str = ".3f") -> str:
 
 def suite_table(title: str, workloads: dict[str, Any]) -> Table:
     t = Table(title=title)
-    for c in ("workload", "autoscaler", "attainment", "causal bound", "replica-s", "oracle replica-s", "x oracle",
-              "failed", "new-replica hit", "fleet hit", "targets met"):
+    for c in ("workload", "autoscaler", "attainment", "causal bound", "lagged bound", "replica-s", "x oracle",
+              "x hindsight", "x lagged", "failed", "new-replica hit", "fleet hit", "new/fleet (bound)",
+              "targets met"):
         t.add_column(c, justify="left" if c in ("workload", "autoscaler", "targets met") else "right")
     for name, w in workloads.items():
         for a, row in w["autoscalers"].items():
             ratio = row["replica_seconds"] / row["oracle_replica_seconds"] if row["oracle_replica_seconds"] else None
-            met = ""
+            met, d = "", w["details"][a]
             if a == "kvserve":
                 tg = w["targets"]
-                met = " ".join(k for k in ("attainment_vs_causal", "cost_vs_oracle", "not_worse_than_serve_default")
-                               if tg.get(k) is False) or "all"
-                met = met if met == "all" else "MISSED: " + met
-            t.add_row(name, a, _f(row["slo_attainment"]), _f(row["causal_bound_attainment"]), _f(row["replica_seconds"], ",.0f"),
-                      _f(row["oracle_replica_seconds"], ",.0f"), _f(ratio, ".2f"), _f(row["failed_requests"], ".0f"),
-                      _f(row["newreplica_hit_rate"]), _f(w["details"][a].get("fleet_hit_rate")), met)
+                missed = [f"{label}{' (' + tg[v] + ')' if tg.get(v) else ''}" for k, label, v in TARGETS
+                          if tg.get(k) is False]
+                met = "MISSED: " + ", ".join(missed) if missed else "all"
+            hs, lag = row.get("hindsight_startup_bound_replica_seconds"), row.get("lagged_causal_bound_replica_seconds")
+            t.add_row(name, a, _f(row["slo_attainment"]), _f(row["causal_bound_attainment"]),
+                      _f(row.get("lagged_causal_bound_attainment")), _f(row["replica_seconds"], ",.0f"), _f(ratio, ".2f"),
+                      _f(row["replica_seconds"] / hs if hs else None, ".2f"),
+                      _f(row["replica_seconds"] / lag if lag else None, ".2f"), _f(row["failed_requests"], ".0f"),
+                      _f(row["newreplica_hit_rate"]), _f(d.get("fleet_hit_rate")),
+                      f"{_f(d.get('newreplica_hit_ratio'), '.2f')} ({_f(row.get('newreplica_hit_bound'), '.2f')})", met)
     return t
 
 

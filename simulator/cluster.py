@@ -26,6 +26,7 @@ from autoscaling.window import SignalWindow, metrics_from_stats
 from kvserve.config import AutoscalingConfig, RouterConfig
 from kvserve.perf_model import EngineProfile
 from flow.fair_queue import QueueFull
+from simulator.bounds import fleet_prefix
 from simulator.engine import DRAINING, GONE, SERVING, STARTING, Device, EngineSettings, Replica, SimRequest
 from simulator.metrics import ItlLog, TrailingPeak, percentile, seconds_per_minute
 from simulator.flow_pending import FlowPending, FlowSim
@@ -36,6 +37,7 @@ from router.retire import CacheRecency, retire_order
 
 _STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE = range(6)
 PLOT_WINDOW_S = 10.0
+NEW_REPLICA_WINDOW_S = 60.0  # a new replica's first minute of serving: the pre-warm target's window
 
 
 @dataclass
@@ -47,6 +49,9 @@ class ScalingSetup:
     # Which serving replicas a scale-down drains: `least_loaded`; `newest` (Ray Serve 2.60's own choice on
     # one node: `deployment_scheduler._get_replicas_to_stop`); `cache` (router.retire: least cache loss).
     retire: str = "least_loaded"
+    # A new replica's requests in its first this-many seconds of serving also record what the whole
+    # fleet had cached of them (`SimRequest.fleet_hit_blocks`: the pre-warm bound, simulator.bounds).
+    new_replica_window_s: float = NEW_REPLICA_WINDOW_S
 
 
 @dataclass
@@ -302,6 +307,9 @@ class Cluster:
             self.recency.on_routed(rid, req.block_hashes, now)
         rep = self.replicas[rid]
         req.replica, req.routed = rid, now
+        since = self.serving_since[rid]
+        if self.scaling is not None and since > 0.0 and now - since <= self.scaling.new_replica_window_s:
+            req.fleet_hit_blocks = fleet_prefix((r.kv for r in self.replicas.values() if r.state != GONE), req.block_hashes)
         rep.enqueue(req)
         self._log(now, "routed", req, rid)
         if self.scaling is not None:

@@ -45,6 +45,7 @@ class SimRequest:
     finished: float | None = None
     failed: bool = False
     hit_blocks: int = 0
+    fleet_hit_blocks: int | None = None  # leading blocks cached on any replica when routed (new replicas' only)
     hit_tokens: int = 0
     prefilled_tokens: int = 0  # tokens actually computed in prefill (= prompt - hit)
     generated: int = 0
