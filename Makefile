@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install install-system serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling sim-autoscaling-suite bench-live-autoscaling \
-	bench-sim-fidelity bench-gpu bench-chaos bench-soak bench-batch bench-noisy bench-limits bench-scenario
+	bench-sim-fidelity bench-serving-floor bench-gpu bench-chaos bench-soak bench-batch bench-noisy bench-limits bench-scenario
 
 install: install-system $(STAMP)
 
@@ -222,6 +222,15 @@ bench-soak: install
 
 # GPU tables (router A/B at GPU scale, overhead vs bare vLLM; issue 29): they run on a GPU machine
 # with the offline kit, through bench/gpu_tables.sh; this target says how.
+# The floor under kvserve's added TTFT (~4 min): Serve's own one- and two-hop paths with a fake engine.
+bench-serving-floor: install
+	@rm -f $(WORK)/serving-floor.jsonl && mkdir -p $(WORK)
+	for t in bare serve-floor-1hop serve-floor kvserve; do \
+	  $(BIN)/python -m bench.serving_path run --target $$t --concurrency 1 --probes 20 \
+	    --out $(WORK)/serving-floor.jsonl || exit 1; \
+	done
+	$(BIN)/python -m bench.serving_floor $(WORK)/serving-floor.jsonl $(RESULTS)/serving-floor-cpu.json
+
 bench-gpu:
 	@echo "bench-gpu runs on a GPU machine, not here. There, with the offline kit installed (../shared/gpu/README.md):"
 	@echo "  bash bench/gpu_tables.sh overhead OUT    # -> OUT/gpu-overhead.json  (docs/results/gpu-overhead.json)"

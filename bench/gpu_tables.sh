@@ -4,6 +4,7 @@
 #   bash bench/gpu_tables.sh overhead OUT    kvserve (1 replica) vs vLLM's own server -> OUT/gpu-overhead.json
 #   bash bench/gpu_tables.sh router-ab OUT   4 replicas on one GPU, routers A/B     -> OUT/gpu-router-ab.json
 #   bash bench/gpu_tables.sh profile OUT     one engine on a quarter of the GPU       -> OUT/gpu-profile.json
+#   bash bench/gpu_tables.sh floor OUT       Serve's own path (no kvserve work), c1   -> OUT/serving-floor.json
 #   bash bench/gpu_tables.sh ab-start        router-ab detached into /tmp/ab (outlives a device call's limit)
 #   bash bench/gpu_tables.sh ab-wait OUT [S] waits up to S s for it, then copies /tmp/ab to OUT
 # Each writes its JSON as it goes, so a run cut short keeps what it measured.
@@ -46,6 +47,14 @@ profile)
   # The replicas' own engine settings and share, so the simulator models the engines the A/B ran on.
   $py -m cli profile --config bench/configs/gpu-8b-4replicas.yaml --out "$out/gpu-profile.json" \
     --prompt-sizes 256,512,1024,2048,4000 --fractions 0,0.5,0.9 --batches 1,2,4,8,16,32,64 --contexts 1024,2048 --reps 3
+  ;;
+floor)
+  # The floor under kvserve's added TTFT: Serve's own one- and two-hop paths on this host, fake engine.
+  for t in bare serve-floor-1hop serve-floor kvserve; do
+    $py -m bench.serving_path run --target $t --concurrency 1 --probes 20 --config bench/configs/gpu-8b-1replica.yaml \
+      --out "$out/serving-floor.jsonl" || exit 1
+  done
+  $py -m bench.serving_floor "$out/serving-floor.jsonl" "$out/serving-floor.json"
   ;;
 ab-start)
   mkdir -p /tmp/ab
