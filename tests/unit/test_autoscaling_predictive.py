@@ -186,6 +186,20 @@ def test_no_forecast_while_the_newest_sample_is_left_out():
     assert fits[-1] is not None  # the queue stopped growing: samples count again
 
 
+@settings(max_examples=60, deadline=None)
+@given(base=st.floats(1.0, 20.0), slope=st.floats(0.1, 1.0), n=st.integers(50, 90), grow=st.integers(6, 20))
+def test_never_a_forecast_while_the_routers_queue_grows(base, slope, n, grow):
+    """However clean the rise before, while the routers' queue grows (the newest sample left out) no
+    ramp is read: the arrival estimate is then the admitted rate plus the queue's growth."""
+    rates = [base + slope * t for t in range(n)]
+    queued = [0.0] * (n - grow) + [5.0 * (k + 1) for k in range(grow)]
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
+    for t in range(n):
+        policy.decide(ScalingInput(float(t), 1, 1, fleet(1, rates[t], rates[t]), queued_requests=queued[t]))
+    assert not policy.arrivals.samples[-1][2]
+    assert policy.arrivals.trend_fit(float(n - 1)) is None
+
+
 def test_a_burst_shorter_than_half_the_fit_window_is_not_a_ramp():
     # 20 s of a steep, clean rise: four samples, a perfect line, and still no forecast.
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
