@@ -11,7 +11,8 @@ forecast is a least-squares line through the last `trend_fit_s` of recent-rate s
 `SAMPLE_S`: disjoint, so independent Poisson estimates), read one start-up plus the upscale delay
 ahead; it counts only when the slope is `trend_z` standard errors above zero and the line fits
 (a step or a burst leaves residuals far above Poisson noise). Samples taken while the routers'
-queue grows are left out: replicas then count what they admit, not what arrives. Requests held
+queue grows are left out: replicas then count what they admit, not what arrives; while the newest
+is left out there is no forecast (a line through older samples would be read across the gap). Requests held
 at the routers reach no replica's window: their queue's growth counts as arrivals, the queue
 itself as work to drain within `look_back_s`.
 """
@@ -111,6 +112,8 @@ class Arrivals:
 
     def trend_fit(self, now: float) -> tuple[float, float] | None:
         """(fitted rate at `now`, slope) of a significant, linear rise over the fit window; else None."""
+        if not self.samples or not self.samples[-1][2]:
+            return None  # the newest sample left out: a line through older ones would extrapolate over the gap
         pts = [(t, y) for t, y, ok in self.samples if ok and now - t <= self.cfg.trend_fit_s + 1e-9]
         n = len(pts)
         if n < math.ceil((self.cfg.trend_fit_s / SAMPLE_S + 1) / 2):  # half the window's samples: a burst is no ramp

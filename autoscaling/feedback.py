@@ -5,7 +5,9 @@ r <= 1 adds nothing (the model sizes the fleet). r > 1 adds replicas -- ceil(cur
 at least one more -- only when it is evidence: enough requests in the window (or some queued),
 nothing starting, the fleet settled since its last scale-up (a backlog queued on old replicas
 does not move to new ones, and stays in the window for `look_back_s`), and the p90s' lower
-confidence bounds over the target too. Otherwise it holds (vetoes a scale-down).
+confidence bounds over the target too. Otherwise it holds: no scale-down acts while it lasts,
+but a scale-down wish's delay keeps running (a hold that restarted it would keep a burst's
+replicas a whole delay past the moment its backlog leaves the latency window).
 The cap is `max_slo_factor`, or `max_slo_factor_within_capacity` when the model says the fleet
 carries the load (r then measures what the model does not see, such as long prompts queued on a
 few replicas, not a rate).
@@ -27,27 +29,30 @@ from kvserve.policy_params import AutoscalerParams
 
 @dataclass(frozen=True)
 class Correction:
-    replicas: int  # replicas the SLO error asks for: 0 none, `current` hold (no scale-down), more: add
+    replicas: int  # replicas the SLO error asks for: 0 none, else more than `current`
     why: str
+    # An error that is not evidence yet: no scale-down acts now (guards.slo_unproven), but the
+    # scale-down wish keeps its delay running, to act once the error is evidence or gone.
+    hold: bool = False
 
 
 def slo_correction(cfg: AutoscalerParams, r: float | None, r_low: float | None, current: int, running: int,
                    samples: float, queued: bool, settled: bool, model_n: int, idle: bool) -> Correction:
     """`samples`: requests in the look-back window; `model_n`: the capacity model's replicas."""
     if r is None:
-        return Correction(0, "idle") if idle else Correction(current, "no latency samples yet: hold")
+        return Correction(0, "idle") if idle else Correction(0, "no latency samples yet: hold", hold=True)
     if r <= 1:
         return Correction(0, f"slo r={r:.2f} <= 1")
     if samples < cfg.min_p90_samples and not queued:
         # A p90 over a handful of requests is their maximum: one cold prompt, which more replicas
         # would not make faster (nothing is queued).
-        return Correction(current, f"slo r={r:.2f} from fewer than {cfg.min_p90_samples} requests, none queued: hold")
+        return Correction(0, f"slo r={r:.2f} from fewer than {cfg.min_p90_samples} requests, none queued: hold", hold=True)
     if running < current:
-        return Correction(current, f"slo r={r:.2f} but scale-up in progress")
+        return Correction(0, f"slo r={r:.2f} but scale-up in progress", hold=True)
     if r_low is not None and r_low <= 1:
-        return Correction(current, f"slo r={r:.2f} (lower bound {r_low:.2f}, not significant): hold")
+        return Correction(0, f"slo r={r:.2f} (lower bound {r_low:.2f}, not significant): hold", hold=True)
     if not settled:
-        return Correction(current, f"slo r={r:.2f}: fleet not settled since its last scale-up")
+        return Correction(0, f"slo r={r:.2f}: fleet not settled since its last scale-up", hold=True)
     why, factor = f"slo r={r:.2f} > 1", cfg.max_slo_factor
     if current > 0 and model_n <= current:
         factor = cfg.max_slo_factor_within_capacity

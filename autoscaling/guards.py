@@ -42,6 +42,14 @@ def recent_rate(settled_n: int, recent_n: int, current: int) -> Hold | None:
     return None
 
 
+def slo_unproven(hold: bool, why: str) -> Hold | None:
+    """An SLO error that is not evidence yet (feedback.slo_correction): no shrink acts until it is
+    judged, but the wish keeps its delay (one over-target read must not restart it)."""
+    if hold:
+        return Hold("slo_feedback", 10**9, f"held: {why}", keeps_clock=True)
+    return None
+
+
 def routers_queue(queued: float) -> Hold | None:
     """Requests waiting at the routers mean every replica is full: no shrink acts."""
     if queued > 0:

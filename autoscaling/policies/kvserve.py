@@ -95,7 +95,7 @@ class SLOAutoscaler(ScalingPolicy):
             settled_n = max(corr.replicas, self.model.replicas(sig, slo, max(sig.rate_rps + queued / cfg.look_back_s, ramp)))
             recent_n = max(corr.replicas, self.model.replicas(sig, slo, max(self.arrivals.rate(sig, now, queued, True), ramp)))
             desired = settled_n
-            holds.append(guards.recent_rate(settled_n, recent_n, current))
+            holds += [guards.recent_rate(settled_n, recent_n, current), guards.slo_unproven(corr.hold, corr.why)]
         if desired < current:
             backlog = sig.rate_rps + (sig.waiting + queued) / cfg.look_back_s
             holds += [guards.overload_memory(current, self.memory.floor(self.model.busy(sig, slo))),

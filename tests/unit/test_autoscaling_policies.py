@@ -540,3 +540,33 @@ def test_registry():
     assert isinstance(make_autoscaler("kvserve"), SLOAutoscaler)
     with pytest.raises(ValueError, match="unknown autoscaler"):
         make_autoscaler("nope")
+
+
+def _unproven(n: int, rate: float) -> list[ReplicaMetrics]:
+    """p90 TTFT over target, but its lower confidence bound under it: no evidence of a violation."""
+    return [dataclasses.replace(m, ttft_p90_low_ms=800.0) for m in fleet(n, rate, ttft=1200.0, itl=30.0)]
+
+
+def test_an_unproven_slo_error_holds_a_shrink_without_restarting_its_delay():
+    """The rate needs 1 of 2 replicas while a p90 reads over target without being evidence: no
+    shrink acts, but its delay runs; once the p90 is back within target the shrink acts at once."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, upscale_delay_s=10, downscale_delay_s=30)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
+    held = [policy.decide(step(float(t), 2, _unproven(2, R1))) for t in range(40)]
+    assert [d.replicas for d in held] == [2] * 40
+    assert "slo_feedback" in held[-1].holds and "not significant" in held[-1].reason
+    d = policy.decide(step(40.0, 2, fleet(2, R1, ttft=200.0, itl=30.0)))
+    assert d.replicas == 1, d.reason
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 6), load=st.floats(0.0, 3.0), starting=st.booleans(), ticks=st.integers(1, 80))
+def test_an_slo_error_that_is_no_evidence_never_lets_a_shrink_act(n, load, starting, ticks):
+    """Over target but not evidence (the p90's lower bound within target, or replicas still
+    starting): whatever the rate, no decision goes below the current fleet."""
+    cfg = AutoscalingConfig(min_replicas=0, max_replicas=8, upscale_delay_s=0, downscale_delay_s=0)
+    policy = SLOAutoscaler(cfg.params(), SLO.params(), PROFILE)
+    ms = fleet(n, load * n * R1, ttft=1500.0, itl=30.0) if starting else _unproven(n, load * n * R1)
+    current = n + 1 if starting else n
+    for t in range(ticks):
+        assert policy.decide(step(float(t), current, ms, running=n)).replicas >= current

@@ -170,6 +170,36 @@ def test_samples_taken_while_the_routers_queue_grows_are_left_out():
     assert abs(_slope(clean, 33.0) - slope) < 1e-6
 
 
+def test_no_forecast_while_the_newest_sample_is_left_out():
+    # A clean rise for 40 s, then the routers' queue grows: the newest samples are left out, and a
+    # line through the older ones would be extrapolated across the gap (a step's first seconds,
+    # with replicas still starting, read as a steep ramp). No forecast until a sample counts again.
+    slope = 0.3
+    recent = [10.0 + slope * t for t in range(60)]
+    queued = [0.0 if t < 40 else 5.0 * (t - 39) for t in range(50)] + [50.0] * 10
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
+    fits = []
+    for t in range(60):
+        policy.decide(ScalingInput(float(t), 1, 1, fleet(1, recent[t], recent[t]), queued_requests=queued[t]))
+        fits.append(policy.arrivals.trend_fit(float(t)))
+    assert fits[39] is not None and all(f is None for f in fits[40:50])
+    assert fits[-1] is not None  # the queue stopped growing: samples count again
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.floats(1.0, 20.0), slope=st.floats(0.1, 1.0), n=st.integers(50, 90), grow=st.integers(6, 20))
+def test_never_a_forecast_while_the_routers_queue_grows(base, slope, n, grow):
+    """However clean the rise before, while the routers' queue grows (the newest sample left out) no
+    ramp is read: the arrival estimate is then the admitted rate plus the queue's growth."""
+    rates = [base + slope * t for t in range(n)]
+    queued = [0.0] * (n - grow) + [5.0 * (k + 1) for k in range(grow)]
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
+    for t in range(n):
+        policy.decide(ScalingInput(float(t), 1, 1, fleet(1, rates[t], rates[t]), queued_requests=queued[t]))
+    assert not policy.arrivals.samples[-1][2]
+    assert policy.arrivals.trend_fit(float(n - 1)) is None
+
+
 def test_a_burst_shorter_than_half_the_fit_window_is_not_a_ramp():
     # 20 s of a steep, clean rise: four samples, a perfect line, and still no forecast.
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
