@@ -19,6 +19,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 
+def prompt_tokens(body: dict) -> int:
+    """A completion body's prompt length as the fake engine counts it: token ids, else words."""
+    prompt = body.get("prompt") or ""
+    return len(prompt) if isinstance(prompt, list) else len(prompt.split())
+
+
 class _Collector:
     def __init__(self, max_tokens: int) -> None:
         self.left = max_tokens

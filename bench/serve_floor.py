@@ -15,12 +15,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from bench.fake_engine import FakeEngine
-
-
-def _prompt_tokens(body: dict) -> int:
-    prompt = body.get("prompt") or ""
-    return len(prompt) if isinstance(prompt, list) else len(prompt.split())
+from bench.fake_engine import FakeEngine, prompt_tokens
 
 
 class FloorReplica:
@@ -28,7 +23,7 @@ class FloorReplica:
         self.engine = FakeEngine(step_s, work_s, model)
 
     async def generate(self, body: dict):
-        async for chunk in self.engine.stream(_prompt_tokens(body), int(body.get("max_tokens") or 16), time.time()):
+        async for chunk in self.engine.stream(prompt_tokens(body), int(body.get("max_tokens") or 16), time.time()):
             yield chunk
 
 
@@ -43,7 +38,7 @@ class FloorIngress:
             return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
         body = await request.json()
         if self.engine is not None:  # one hop: the engine runs here
-            chunks = self.engine.stream(_prompt_tokens(body), int(body.get("max_tokens") or 16), time.time())
+            chunks = self.engine.stream(prompt_tokens(body), int(body.get("max_tokens") or 16), time.time())
         else:
             chunks = self.replica.generate.remote(body)
         return StreamingResponse(chunks, media_type="text/event-stream")

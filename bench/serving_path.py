@@ -29,7 +29,7 @@ import httpx
 import typer
 
 from bench.client import completion_body
-from bench.fake_engine import FakeEngine
+from bench.fake_engine import FakeEngine, prompt_tokens
 from bench.overhead import parse_levels, requests_for, run_entry
 from bench.overhead_load import chunks_per_token, measure_levels, random_requests
 from bench.prepare import load_tokenizer
@@ -98,9 +98,7 @@ def bare_app(step_s: float, work_s: float, model: str):
 
     async def completions(request):
         body = await request.json()
-        prompt = body.get("prompt") or ""
-        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
-        return StreamingResponse(engine.stream(n_prompt, int(body.get("max_tokens") or 16), time.time()),
+        return StreamingResponse(engine.stream(prompt_tokens(body), int(body.get("max_tokens") or 16), time.time()),
                                  media_type="text/event-stream")
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])

@@ -163,18 +163,25 @@ def test_overload_is_retried_and_a_4xx_goes_to_the_error_file(tmp_path):
     assert {r["custom_id"]: r["response"]["status_code"] for r in err} == {"r1": 400, "r2": 503}
 
 
+class _RecordingGate(PriorityGate):
+    """Notes, per test phase, the most batch lines running when one is let through."""
+
+    def __init__(self, phases: tuple[str, ...], **kw) -> None:
+        super().__init__(**kw)
+        self.phase = {"now": phases[0]}  # the test moves it along
+        self.peak = dict.fromkeys(phases, 0)
+
+    async def acquire(self) -> None:
+        await super().acquire()
+        now = self.phase["now"]
+        self.peak[now] = max(self.peak[now], self.batch_inflight)
+
+
 def test_batch_lines_yield_to_interactive_requests(tmp_path):
     store = BatchStore(tmp_path / "b.sqlite")
     bid = _batch(store, 30)
-    phase = {"now": "idle"}
-    peak = {"idle": 0, "busy": 0, "waiting": 0}
-
-    class Recording(PriorityGate):  # notes how many lines run when each one is let through
-        async def acquire(self) -> None:
-            await super().acquire()
-            peak[phase["now"]] = max(peak[phase["now"]], self.batch_inflight)
-
-    gate = Recording(max_concurrency=4, under_load=1, idle_after_s=0.05)
+    gate = _RecordingGate(("idle", "busy", "waiting"), max_concurrency=4, under_load=1, idle_after_s=0.05)
+    phase, peak = gate.phase, gate.peak
 
     async def main():
         async def run(kind, body, tenant):
@@ -215,15 +222,8 @@ def test_a_gap_between_interactive_requests_does_not_let_a_burst_of_lines_in(tmp
     # gap used to start max_concurrency lines at once, and the next requests waited behind them.
     store = BatchStore(tmp_path / "b.sqlite")
     bid = _batch(store, 40)
-    peak = {"busy": 0, "idle": 0}
-    phase = {"now": "busy"}
-
-    class Recording(PriorityGate):
-        async def acquire(self) -> None:
-            await super().acquire()
-            peak[phase["now"]] = max(peak[phase["now"]], self.batch_inflight)
-
-    gate = Recording(max_concurrency=4, under_load=1, idle_after_s=0.3)
+    gate = _RecordingGate(("busy", "idle"), max_concurrency=4, under_load=1, idle_after_s=0.3)
+    phase, peak = gate.phase, gate.peak
 
     async def main():
         async def run(kind, body, tenant):
