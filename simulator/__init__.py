@@ -5,7 +5,8 @@ as the live cluster (router.registry, autoscaling.registry), timed by a measured
 from __future__ import annotations
 
 from simulator.cluster import Cluster, RunResult, ScalingSetup
-from simulator.engine import EngineSettings, KVCache, Replica, SimRequest
+from simulator.engine import EngineSettings, Replica, SimRequest
+from simulator.kv_blocks import KVCache
 from simulator.workloads import SimWorkload, TenantMix, generated, load_trace
 
 __all__ = [

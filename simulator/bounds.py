@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 
 from autoscaling.base import Decision, ScalingInput, ScalingPolicy
 from autoscaling.delay import DelayGate
-from simulator.engine import KVCache, SimRequest
+from simulator.engine import SimRequest
+from simulator.kv_blocks import KVCache
 from simulator.metrics import MINUTE_S
 
 
@@ -89,10 +90,10 @@ class LaggedScript(ScalingPolicy):
 def fleet_prefix(caches: Iterable[KVCache], hashes: Sequence[int]) -> int:
     """Leading blocks of `hashes` each cached on some replica: what a replica holding every block the
     fleet has (perfect pre-warm, free KV transfer) would hit."""
-    pools = [(kv.refc, kv.lru) for kv in caches]
+    pools = list(caches)
     n = 0
     for h in hashes:
-        if not any(h in refc or h in lru for refc, lru in pools):
+        if not any(kv.is_cached(h) for kv in pools):
             break
         n += 1
     return n

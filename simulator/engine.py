@@ -1,29 +1,32 @@
 """One simulated vLLM replica: FCFS queue, continuous batching, chunked prefill, prefix-cached KV blocks.
 
-Modelled on vLLM V1's scheduler, simplified where it does not move the numbers we study:
-- A step serves every decoding sequence one token plus prefill chunks of admitted
-  prompts, within `max_batched_tokens`; at most `max_num_seqs` sequences run.
+Modelled on vLLM V1's scheduler (`Scheduler.schedule`), simplified where it does not move the numbers we study:
+- Each step first schedules the running requests in admission order (a decode token each, or their next
+  prefill chunk), then admits waiting ones FCFS, within `max_batched_tokens` and `max_num_seqs`.
+- KV blocks are allocated for the tokens scheduled in that step only (a prefill chunk, then one slot per
+  decode token; block accounting in `simulator.kv_blocks`). A running request that cannot get a block
+  preempts the latest admitted running request, itself if it is the latest (recompute: its blocks are
+  freed, its cached prompt blocks stay evictable, and it goes back to the front of the queue); a step
+  that preempted admits nobody. A waiting request that does not fit waits at the queue head.
+- A request's prefix hit and first token are counted once, at its first admission (vLLM's
+  PrefixCacheStats keeps a preempted request's lookups apart). On resume it recomputes its prompt and
+  the tokens it had generated, less its blocks still cached.
 - Step time = prefill_ms(prefill tokens of the step, the context they attend to)
-  + decode_step_ms(decoders, context) from the measured `EngineProfile`.
-- KV blocks for prompt + output are reserved at admission (no preemption); a request
-  whose blocks do not fit waits at the queue head (FCFS, like vLLM).
-- Prompt blocks become cached as their tokens are computed; a finished request's
-  blocks join the free LRU tail-first (vLLM frees in reverse so tails evict first);
-  cached blocks of running requests are pinned.
-- Decode-only stretches are simulated as one event up to the next completion and are
-  cut short when a request arrives, so cost scales with events, not tokens.
+  + decode_step_ms(decoders, their prompt length) from the measured `EngineProfile`.
+- Decode-only stretches are one event up to the next completion or the step before the first one whose
+  new blocks would not fit, cut short when a request arrives, so cost scales with events, not tokens.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvserve.perf_model import EngineProfile
 from router.base import RouteRequest
+from simulator.kv_blocks import KVCache
 
 
 @dataclass
@@ -32,125 +35,32 @@ class SimRequest:
     arrival: float
     prompt_tokens: int
     output_tokens: int
-    block_hashes: list[int]  # cacheable prompt blocks, chained
-    total_blocks: int  # KV blocks reserved while running (prompt + output)
+    block_hashes: list[int]  # cacheable (full) prompt blocks, chained
+    total_blocks: int  # KV blocks it needs at its longest (prompt + output): larger than a replica, rejected
     tenant: str = "default"
     token_ids: Sequence[int] | None = None
     # filled in by the simulation
     route: RouteRequest | None = None
     replica: str | None = None
     routed: float | None = None  # when a replica took it (after any wait at the router)
-    admitted: float | None = None
+    admitted: float | None = None  # first admission
     first_token: float | None = None
     finished: float | None = None
     failed: bool = False
-    hit_blocks: int = 0
+    hit_blocks: int = 0  # prompt blocks found cached at its first admission
     fleet_hit_blocks: int | None = None  # leading blocks cached on any replica when routed (new replicas' only)
     hit_tokens: int = 0
-    prefilled_tokens: int = 0  # tokens actually computed in prefill (= prompt - hit)
+    prefilled_tokens: int = 0  # tokens computed in prefill chunks (recomputation after preemption included)
     generated: int = 0
-    remaining: int = 0  # prefill tokens still to compute
-    registered: int = 0  # prompt blocks already handled (cached or private)
-    refs: list[int] = field(default_factory=list)  # cached blocks this request holds a reference on
-    finish_step: int = 0
+    computed: int = 0  # tokens with KV slots (vLLM's num_computed_tokens, advanced when scheduled)
+    preemptions: int = 0
+    unprefilled: int = 0  # its share of the replica's queued prefill tokens
+    registered: int = 0  # prompt blocks already cached (or kept private)
+    refs: list[int | None] = field(default_factory=list)  # held blocks: cached hash, or None if private
 
-
-class KVCache:
-    """Block pool of one replica: pinned (referenced) blocks plus an LRU of cached free blocks."""
-
-    __slots__ = ("capacity", "used", "refc", "lru", "events")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0  # physical blocks held by running requests
-        self.refc: dict[int, int] = {}  # cached block -> running requests referencing it
-        self.lru: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced, oldest first
-        self.events: dict[int, bool] = {}  # block -> stored (True) / removed (False) since last flush
-
-    def cached_prefix(self, hashes: list[int]) -> int:
-        refc, lru, n = self.refc, self.lru, 0
-        for h in hashes:
-            if h in refc or h in lru:
-                n += 1
-            else:
-                break
-        return n
-
-    def try_admit(self, req: SimRequest) -> bool:
-        """Pin the request's cached prefix and reserve the rest, evicting LRU blocks; False if it cannot fit."""
-        hashes, lru, refc = req.block_hashes, self.lru, self.refc
-        hits = from_lru = 0
-        for h in hashes:
-            if h in refc:
-                hits += 1
-            elif h in lru:
-                hits += 1
-                from_lru += 1
-            else:
-                break
-        used = self.used + (req.total_blocks - hits) + from_lru
-        if used > self.capacity:
-            return False
-        prefix = hashes[:hits]
-        for h in prefix:
-            if h in lru:
-                del lru[h]
-                refc[h] = 1
-            else:
-                refc[h] += 1
-        for _ in range(used + len(lru) - self.capacity):
-            h, _ = lru.popitem(last=False)
-            self.events[h] = False
-        self.used = used
-        req.hit_blocks = hits
-        req.refs = list(prefix)
-        req.registered = hits
-        return True
-
-    def register(self, req: SimRequest, upto: int) -> None:
-        """Prompt blocks [registered, upto) are computed: cache them unless an equal block is already cached."""
-        refc, lru = self.refc, self.lru
-        for h in req.block_hashes[req.registered : upto]:
-            if h not in refc and h not in lru:
-                refc[h] = 1
-                req.refs.append(h)
-                self.events[h] = True
-            # else: computed twice concurrently; this copy stays private and is freed on finish
-        req.registered = max(req.registered, upto)
-
-    def release(self, req: SimRequest) -> None:
-        """Unpin the request's blocks: cached ones join the LRU when no one else holds them, private ones free."""
-        refc, lru = self.refc, self.lru
-        freed = req.total_blocks - len(req.refs)  # private blocks (output, partial, duplicates)
-        for h in reversed(req.refs):  # tail first: tails are evicted before heads
-            n = refc[h] - 1
-            if n:
-                refc[h] = n
-            else:
-                del refc[h]
-                lru[h] = None
-                freed += 1
-        self.used -= freed
-        req.refs = []
-
-    def warm(self, hashes: Sequence[int]) -> int:
-        """A warm-up request runs alone and finishes: the same admit, register and release as any request,
-        so its blocks join the LRU as newest. Returns blocks added (0 when it cannot fit)."""
-        req = SimRequest(-1, 0.0, 0, 1, list(hashes), len(hashes))
-        if not self.try_admit(req):
-            return 0
-        self.register(req, len(hashes))
-        self.release(req)
-        return len(hashes) - req.hit_blocks
-
-    def usage(self) -> float:
-        return self.used / self.capacity if self.capacity else 0.0
-
-    def take_events(self) -> tuple[list[int], list[int]]:
-        ev, self.events = self.events, {}
-        stored = [h for h, s in ev.items() if s]
-        removed = [h for h, s in ev.items() if not s]
-        return stored, removed
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_tokens + self.generated
 
 
 @dataclass
@@ -165,6 +75,7 @@ class EngineSettings:
     # Replicas that share one device (1 / engine.gpus_per_replica). A profile is measured with one engine
     # busy on its device; engines that share it take turns on its compute and memory bandwidth.
     engines_per_device: int = 1
+
 
 
 class Device:
@@ -194,10 +105,7 @@ class Replica:
         self.gone_at: float | None = None
         self.drain_started: float | None = None
         self.waiting: deque[SimRequest] = deque()
-        self.prefilling: list[SimRequest] = []
-        self.decoding: list[tuple[int, int, SimRequest]] = []  # heap of (finish_step, idx, req)
-        self.dec_prompt_sum = 0
-        self.step_no = 0
+        self.batch: list[SimRequest] = []  # vLLM's running list: admission order, preempted from the end
         self.ongoing = 0  # routed and not finished (the router's count)
         self.queued_prefill_tokens = 0
         self.routed_total = 0
@@ -208,7 +116,8 @@ class Replica:
         self.seg_step_s = 0.0
         self.seg_k = 0
         self.seg_decoders = 0
-        self.seg_chunks: list[tuple[SimRequest, int]] = []
+        self.seg_chunks: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is a prefill chunk)
+        self.head_may_unblock = False  # the queue head, refused this step, could fit once its hits are evicted
         self.stats_dirty = True
         self.warmed = False  # scale-up warm-up done (or skipped): ready to serve
 
@@ -218,61 +127,44 @@ class Replica:
         self.waiting.append(req)
         self.ongoing += 1
         self.routed_total += 1
-        self.queued_prefill_tokens += req.prompt_tokens
+        self._unprefilled(req, req.num_tokens)
         self.stats_dirty = True
+
+    def _unprefilled(self, req: SimRequest, tokens: int) -> None:
+        self.queued_prefill_tokens += tokens - req.unprefilled
+        req.unprefilled = tokens
 
     @property
     def running(self) -> int:
-        return len(self.prefilling) + len(self.decoding)
+        return len(self.batch)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.prefilling or self.decoding)
+        return bool(self.waiting or self.batch)
 
     # ---- stepping ---------------------------------------------------------
 
     def plan_step(self, now: float) -> float | None:
-        """Schedule the next step; returns its end time, or None when idle or blocked."""
-        n_dec = len(self.decoding)
-        budget = self.s.max_batched_tokens - n_dec
-        chunks: list[tuple[SimRequest, int]] = []
-        ptoks = 0
-        # vLLM applies the cap only when another request could use the budget.
-        cap = self.s.long_prefill_tokens if self.running + len(self.waiting) > 1 else 0
-        cap = cap or budget
-        for r in self.prefilling:
-            if budget <= 0:
-                break
-            c = min(r.remaining, budget, cap)
-            chunks.append((r, c))
-            budget -= c
-            ptoks += c
-        bs = self.s.block_size
-        while self.waiting and budget > 0 and n_dec + len(self.prefilling) < self.s.max_num_seqs:
-            r = self.waiting[0]
-            if not self.kv.try_admit(r):
-                break
-            self.waiting.popleft()
-            r.admitted = now
-            r.hit_tokens = min(r.hit_blocks * bs, r.prompt_tokens - 1)  # the last token is always computed
-            r.remaining = r.prompt_tokens - r.hit_tokens
-            self.queued_prefill_tokens -= r.hit_tokens
-            self.prefilling.append(r)
-            c = min(r.remaining, budget, cap)
-            chunks.append((r, c))
-            budget -= c
-            ptoks += c
-        if not chunks and not n_dec:
-            return None
+        """Schedule the next step; returns its end time, or None when idle."""
+        chunks, preempted = self._schedule(now)
+        if not chunks:
+            # Everything running was preempted: the next schedule admits from the queue's front.
+            return self.plan_step(now) if preempted and self.waiting else None
+        ptoks = context = n_dec = dec_prompt = 0
+        for r, n, prefill in chunks:
+            if prefill:
+                ptoks += n
+                context += r.computed - n  # new tokens attend to what the request already holds
+            else:
+                n_dec += 1
+                dec_prompt += r.prompt_tokens
         step_ms = 0.0
         if ptoks:
-            # New tokens attend to what each request already holds (its cache hit, earlier chunks).
-            context = sum(r.prompt_tokens - r.remaining for r, _ in chunks) if self.profile.cached_token_ms else 0
-            step_ms += self.profile.prefill_ms_for(ptoks, context)
+            step_ms += self.profile.prefill_ms_for(ptoks, context if self.profile.cached_token_ms else 0)
         if n_dec:
-            step_ms += self.profile.decode_step_ms(n_dec, self.dec_prompt_sum / n_dec)
+            step_ms += self.profile.decode_step_ms(n_dec, dec_prompt / n_dec)
         k = 1
-        if not chunks:  # decode only: jump to the next completion (cut short by arrivals)
-            k = max(1, self.decoding[0][0] - self.step_no)
+        if not ptoks and not preempted and len(chunks) == len(self.batch):  # decode only: jump ahead
+            k = self._decode_stretch()
         self._set_busy(True)
         step_ms *= self.device.busy
         self.version += 1
@@ -280,6 +172,91 @@ class Replica:
         self.seg_decoders, self.seg_chunks = n_dec, chunks
         self.stats_dirty = True
         return now + k * self.seg_step_s
+
+    def _schedule(self, now: float) -> tuple[list[tuple[SimRequest, int, bool]], bool]:
+        """One vLLM schedule(): the running requests first (preempting when a block is missing), then,
+        unless that preempted, the waiting ones. Advances `computed` and caches the scheduled full blocks."""
+        s, kv, batch = self.s, self.kv, self.batch
+        bs, budget = s.block_size, s.max_batched_tokens
+        # vLLM applies the cap only when another request could use the budget.
+        cap = s.long_prefill_tokens if len(batch) + len(self.waiting) > 1 else 0
+        chunks: list[tuple[SimRequest, int, bool]] = []
+        preempted = self.head_may_unblock = False
+        i = 0
+        while i < len(batch) and budget > 0:
+            r = batch[i]
+            n = min(r.num_tokens - r.computed, cap or budget, budget)
+            need = blocks_for(r.computed + n, bs) - len(r.refs)
+            victim = None
+            while need > kv.free_blocks() and victim is not r:
+                victim = batch.pop()
+                self._preempt(victim)
+                preempted = True
+            if victim is r:
+                break
+            kv.allocate(r, need)
+            chunks.append(self._scheduled(r, n))
+            budget -= n
+            i += 1
+        while not preempted and self.waiting and budget > 0 and len(batch) < s.max_num_seqs:
+            r = self.waiting[0]
+            ntok = r.num_tokens
+            hits = kv.cached_prefix(r.block_hashes, (ntok - 1) // bs)  # the last token is always computed
+            n = min(ntok - hits * bs, cap or budget, budget)
+            new = blocks_for(hits * bs + n, bs) - hits
+            if not kv.admit(r, hits, new):
+                # Fewer free blocks only keep it out, unless losing its cached blocks shrinks what it asks
+                # for: a chunk cut to the budget needs as many new blocks whatever the hit.
+                self.head_may_unblock = n < ntok - hits * bs and new <= kv.free_blocks()
+                break
+            self.waiting.popleft()
+            r.computed = hits * bs
+            if r.admitted is None:
+                r.admitted, r.hit_blocks, r.hit_tokens = now, hits, hits * bs
+            self._unprefilled(r, ntok - r.computed)
+            batch.append(r)
+            chunks.append(self._scheduled(r, n))
+            budget -= n
+        return chunks, preempted
+
+    def _scheduled(self, r: SimRequest, n: int) -> tuple[SimRequest, int, bool]:
+        prefill = n > 1 or r.generated == 0
+        if not prefill and r.unprefilled:
+            self._unprefilled(r, 0)
+        r.computed += n
+        self.kv.cache_full(r, min(len(r.block_hashes), r.computed // self.s.block_size))
+        return r, n, prefill
+
+    def _preempt(self, r: SimRequest) -> None:
+        """vLLM's recompute preemption: free its blocks and put it back at the queue's front."""
+        self.kv.release(r)
+        r.computed = 0
+        r.preemptions += 1
+        self._unprefilled(r, r.num_tokens)
+        self.waiting.appendleft(r)
+
+    def _decode_stretch(self) -> int:
+        """Steps of the decode-only stretch that starts now: up to the next completion, and no further than
+        the new blocks the free queue can supply (the step after that one preempts, so it runs alone).
+        A waiting request stays blocked (nothing is freed before the next completion), or where evicting its
+        cached blocks could let it in, the stretch stops before the next allocation."""
+        batch, bs = self.batch, self.s.block_size
+        k_max = min(r.output_tokens - r.generated for r in batch)
+        free = 0 if self.waiting and self.head_may_unblock else self.kv.free_blocks()
+
+        def demand(k: int) -> int:  # blocks needed by steps 2..k of the stretch
+            return sum(-(-(r.computed + k - 1) // bs) - len(r.refs) for r in batch)
+
+        if k_max <= 1 or demand(k_max) <= free:
+            return max(k_max, 1)
+        lo, hi = 1, k_max  # demand(lo) <= free < demand(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if demand(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -301,53 +278,41 @@ class Replica:
     def end_step(self, now: float) -> tuple[list[SimRequest], list[SimRequest], float, int]:
         """Apply the finished step: (first-token requests, finished requests, step_ms, decode tokens)."""
         self._set_busy(False)
-        k = self.seg_k
-        self.step_no += k
-        bs = self.s.block_size
+        k, bs = self.seg_k, self.s.block_size
         first: list[SimRequest] = []
         finished: list[SimRequest] = []
-        for r, c in self.seg_chunks:
-            r.remaining -= c
-            r.prefilled_tokens += c
-            self.queued_prefill_tokens -= c
-            done_tokens = r.prompt_tokens - r.remaining
-            n_hash = len(r.block_hashes)
-            upto = n_hash if r.remaining == 0 else min(n_hash, done_tokens // bs)
-            if upto > r.registered:
-                self.kv.register(r, upto)
-            if r.remaining == 0:
-                self.prefilling.remove(r)
+        for r, n, prefill in self.seg_chunks:
+            if prefill:
+                r.prefilled_tokens += n
+                if r.computed < r.num_tokens:  # more prompt to go
+                    self._unprefilled(r, r.num_tokens - r.computed)
+                    continue
+                self._unprefilled(r, 0)
+            if k > 1:  # the stretch's later steps: one more slot each, blocks as boundaries are crossed
+                r.computed += k - 1
+                self.kv.allocate(r, blocks_for(r.computed, bs) - len(r.refs))
+            r.generated += k
+            if r.first_token is None:
                 r.first_token = now
-                r.generated = 1
                 first.append(r)
-                if r.output_tokens <= 1:
-                    finished.append(r)
-                else:
-                    r.finish_step = self.step_no + r.output_tokens - 1
-                    heapq.heappush(self.decoding, (r.finish_step, r.idx, r))
-                    self.dec_prompt_sum += r.prompt_tokens
-        dec_tokens = self.seg_decoders * k
-        # Decoders that ran this step advanced k tokens; those finishing now leave the batch.
-        dec = self.decoding
-        while dec and dec[0][0] <= self.step_no:
-            _, _, r = heapq.heappop(dec)
-            r.generated = r.output_tokens
-            self.dec_prompt_sum -= r.prompt_tokens
-            finished.append(r)
+            if r.generated >= r.output_tokens:
+                finished.append(r)
+        if finished:
+            done = {id(r) for r in finished}
+            self.batch = [r for r in self.batch if id(r) not in done]
         for r in finished:
             self.kv.release(r)
             self.ongoing -= 1
             r.finished = now
         self.seg_chunks = []
         self.stats_dirty = True
-        return first, finished, self.seg_step_s * 1000.0, dec_tokens
+        return first, finished, self.seg_step_s * 1000.0, self.seg_decoders * k
 
     def kill_all(self) -> list[SimRequest]:
         """Grace period over: everything still here fails (counted, never silently dropped)."""
-        lost = list(self.waiting) + list(self.prefilling) + [r for _, _, r in self.decoding]
+        lost = list(self.waiting) + list(self.batch)
         self.waiting.clear()
-        self.prefilling.clear()
-        self.decoding.clear()
+        self.batch.clear()
         self._set_busy(False)
         self.version += 1
         self.ongoing = 0
