@@ -229,7 +229,7 @@ class Replica:
 
     def _preempt(self, r: SimRequest) -> None:
         """vLLM's recompute preemption: free its blocks and put it back at the queue's front."""
-        self.kv.release(r)
+        self.kv.release(r, r.computed % self.s.block_size != 0)
         r.computed = 0
         r.preemptions += 1
         self._unprefilled(r, r.num_tokens)
@@ -301,7 +301,7 @@ class Replica:
             done = {id(r) for r in finished}
             self.batch = [r for r in self.batch if id(r) not in done]
         for r in finished:
-            self.kv.release(r)
+            self.kv.release(r, r.computed % bs != 0)
             self.ongoing -= 1
             r.finished = now
         self.seg_chunks = []

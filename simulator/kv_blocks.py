@@ -1,13 +1,14 @@
 """KV block pool of one simulated replica, after vLLM V1's BlockPool and KVCacheManager.
 
-- One free queue in eviction order: never-used blocks first, then freed blocks oldest first. A freed
-  block that holds a cached prompt block stays findable by its hash (evictable) until the queue hands
-  it out again; a request that hits it takes it back out of the queue.
+- One free queue in eviction order: unhashed blocks first (never used, or a request's partial last
+  block: vLLM reuses those first), then full blocks in the order they were freed. A freed block that
+  holds a cached prompt block stays findable by its hash (evictable) until the queue hands it out
+  again; a request that hits it takes it back out of the queue.
 - A request frees its blocks in reverse (tail first), so a prompt's tail is evicted before its head.
 - Only full prompt blocks are cached, when they are scheduled (vLLM caches at allocation, so a request
   scheduled later in the same step already hits them). A block computed while an equal one is cached
-  stays private: it is freed uncached.
-- Output blocks are private (their tokens are unique to the request).
+  stays private. Full output blocks are private too (vLLM hashes them, but no other request can hit
+  them): both join the queue's tail like cached blocks, anonymously.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ class Holder(Protocol):
 
 
 class KVCache:
-    __slots__ = ("capacity", "fresh", "free", "refc", "events", "_anon")
+    __slots__ = ("capacity", "unhashed", "free", "refc", "events", "_anon")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.fresh = capacity  # never-used blocks: the head of the free queue
+        self.unhashed = capacity  # the head of the free queue: blocks that never held a full block
         # Freed blocks, next to be handed out first: a block hash (cached, evictable) or an anonymous key.
         self.free: OrderedDict[object, None] = OrderedDict()
         self.refc: dict[int, int] = {}  # cached blocks in use -> requests holding them
@@ -53,7 +54,7 @@ class KVCache:
         return n
 
     def free_blocks(self) -> int:
-        return self.fresh + len(self.free)
+        return self.unhashed + len(self.free)
 
     @property
     def used(self) -> int:
@@ -86,8 +87,8 @@ class KVCache:
 
     def allocate(self, req: Holder, n: int) -> None:
         """`n` private blocks from the head of the free queue (evicting cached ones); the caller checked room."""
-        take = min(n, self.fresh)
-        self.fresh -= take
+        take = min(n, self.unhashed)
+        self.unhashed -= take
         free, events = self.free, self.events
         for _ in range(n - take):
             key, _ = free.popitem(last=False)
@@ -107,11 +108,15 @@ class KVCache:
                 events[h] = True
         req.registered = max(req.registered, upto)
 
-    def release(self, req: Holder) -> None:
-        """Return the request's blocks tail first: cached ones no one else holds stay findable, the rest
-        become anonymous free blocks."""
+    def release(self, req: Holder, partial_last: bool = False) -> None:
+        """Return the request's blocks tail first: a partial last block to the queue's head, cached ones no
+        one else holds stay findable, the other full blocks queue anonymously."""
         refc, free = self.refc, self.free
-        for h in reversed(req.refs):
+        refs = req.refs
+        if partial_last and refs and refs[-1] is None:
+            refs.pop()
+            self.unhashed += 1
+        for h in reversed(refs):
             if h is None:
                 free[(next(self._anon),)] = None
                 continue
