@@ -205,9 +205,10 @@ class Replica:
             n = min(ntok - hits * bs, cap or budget, budget)
             new = blocks_for(hits * bs + n, bs) - hits
             if not kv.admit(r, hits, new):
-                # Fewer free blocks only keep it out, unless losing its cached blocks shrinks what it asks
-                # for: a chunk cut to the budget needs as many new blocks whatever the hit.
-                self.head_may_unblock = n < ntok - hits * bs and new <= kv.free_blocks()
+                # It asks for `new` blocks plus its hits still in the free queue. Losing a hit to eviction
+                # frees none of those for it, unless its chunk is cut to the budget (then it asks no more
+                # new blocks for a smaller hit): only then can the shrinking free queue let it in.
+                self.head_may_unblock = ntok > min(cap or budget, budget) and new <= kv.free_blocks()
                 break
             self.waiting.popleft()
             r.computed = hits * bs
