@@ -32,7 +32,7 @@ class KVCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.unhashed = capacity  # the head of the free queue: blocks that never held a full block
+        self.unhashed = capacity  # the free queue's head: blocks with no full block of tokens (never used, or partial)
         # Freed blocks, next to be handed out first: a block hash (cached, evictable) or an anonymous key.
         self.free: OrderedDict[object, None] = OrderedDict()
         self.refc: dict[int, int] = {}  # cached blocks in use -> requests holding them

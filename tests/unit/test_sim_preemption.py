@@ -3,6 +3,8 @@ latest admitted request, resumed requests first in the queue, and decode stretch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +25,8 @@ def rq(idx: int, hashes: list[int], out: int, t: float = 0.0, extra_tokens: int 
     return SimRequest(idx, t, prompt, out, hashes, blocks_for(prompt + out, 4))
 
 
-def drive(rep: Replica, reqs: list[SimRequest], *, single_steps: bool = False, check=None) -> list[int]:  # type: ignore[no-untyped-def]
+def drive(rep: Replica, reqs: list[SimRequest], *, single_steps: bool = False,
+          check: Callable[[Replica], None] | None = None) -> list[int]:
     """Run the replica over `reqs` as the cluster does (arrivals cut decode stretches short); with
     `single_steps` every step is cut to one token. Returns the requests of each prefill chunk, in order."""
     pending = sorted(reqs, key=lambda r: (r.arrival, r.idx))
@@ -103,7 +106,7 @@ ROWS = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2), st.integers(0,
 
 
 def _pool_accounts(rep: Replica) -> None:
-    """Every block is exactly one of: free (unhashed or queued), cached and held, or a running request's private block."""
+    """Each block is one of: free (unhashed or queued), cached and held, or a running request's private block."""
     kv = rep.kv
     private = sum(h is None for r in rep.batch for h in r.refs)
     assert kv.unhashed + len(kv.free) + len(kv.refc) + private == kv.capacity
