@@ -6,11 +6,16 @@ minute missed). A spike that ends brings the mean under the bar within a few rea
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from autoscaling.base import ScalingInput
+from autoscaling.capacity import per_replica_capacity
 from autoscaling.policies.kvserve import SLOAutoscaler
 from autoscaling.signals import fleet_signals
 from tests.unit.test_autoscaling_policies import PROFILE
 from kvserve.config import SLOConfig
+from tests.unit.test_autoscaling_capacity import NOISY
 from tests.unit.test_autoscaling_predictive import cfg, fleet
 
 LOOK_BACK = 0.5  # req/s over the look-back window: one replica's worth
@@ -73,3 +78,13 @@ def test_the_overload_reading_round_trips_through_the_state():
     copy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     copy.set_state(policy.get_state())
     assert copy.overload == policy.overload and policy.overload is not None and policy.overload[2] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(prompt=st.floats(0, 4000), more=st.floats(0, 4000), output=st.floats(0, 1000), ttft=st.floats(50, 10_000),
+       itl=st.floats(5, 500))
+def test_the_bar_lies_between_the_plan_and_utilization_1_and_falls_with_longer_prompts(prompt, more, output, ttft, itl):
+    cap = per_replica_capacity(NOISY, prompt, output, ttft, itl, 0.8)
+    assert cap.per_replica_rps <= cap.max_rps * (1 + 1e-12) <= 1000.0 / cap.service_ms * (1 + 1e-9)
+    longer = per_replica_capacity(NOISY, prompt + more, output, ttft, itl, 0.8)
+    assert longer.max_rps <= cap.max_rps * (1 + 1e-9)
