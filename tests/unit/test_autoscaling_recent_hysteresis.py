@@ -13,9 +13,9 @@ from autoscaling.base import ScalingInput
 from autoscaling.capacity import per_replica_capacity
 from autoscaling.policies.kvserve import SLOAutoscaler
 from autoscaling.signals import fleet_signals
-from tests.unit.test_autoscaling_policies import PROFILE
 from kvserve.config import SLOConfig
 from tests.unit.test_autoscaling_capacity import NOISY
+from tests.unit.test_autoscaling_policies import PROFILE
 from tests.unit.test_autoscaling_predictive import cfg, fleet
 
 LOOK_BACK = 0.5  # req/s over the look-back window: one replica's worth
