@@ -14,7 +14,9 @@ request) and to decode steps shared by a batch:
   needs rho <= 2 slack / (prefill + 2 slack), slack = target - prefill. When
   even an idle replica misses the target (slack <= 0) more replicas cannot fix
   it; utilization is then held at `INFEASIBLE_RHO` to keep queues short.
-* Each replica is planned to at most `headroom` of its modelled capacity.
+* Each replica is planned to at most `headroom` of its modelled capacity;
+  `max_rps` is the rate at the TTFT cap itself: more than that, and one
+  replica misses the target however it is planned.
 
 All inputs enter monotonically: more rate, longer prompts or longer outputs
 never yield fewer replicas (tested). Pure Python.
@@ -41,6 +43,7 @@ class CapacityEstimate:
     service_ms: float  # replica busy time per mean request
     utilization: float  # planned utilization cap (min of TTFT cap and headroom)
     feasible: bool  # False: an idle replica already misses the TTFT or ITL target
+    max_rps: float = math.inf  # the most one replica serves within the TTFT target (its cap, no headroom)
 
 
 def _step_ms(profile: EngineProfile, batch: int, context_tokens: float) -> float:
@@ -120,6 +123,7 @@ def per_replica_capacity(
         service_ms=service,
         utilization=rho,
         feasible=itl_ok and slack > 0,
+        max_rps=min(max(rho_ttft, INFEASIBLE_RHO), 1.0) * 1000.0 / service,
     )
 
 

@@ -47,6 +47,7 @@ class SLOAutoscaler(ScalingPolicy):
         self.arrivals = Arrivals(cfg)
         self.memory = OverloadMemory(cfg)
         self.gate = DelayGate(cfg.upscale_delay_s, cfg.downscale_delay_s)
+        self.overload: tuple[int, float, int] | None = None  # recent-rate test: (fleet size, sum, readings)
 
     @property
     def max_batch(self) -> int:
@@ -76,7 +77,7 @@ class SLOAutoscaler(ScalingPolicy):
         # 2. demand: the rate to plan for, through the model of one replica
         fit = self.arrivals.trend_fit(now)
         ramp = self.arrivals.ramp_rate(fit, queued)
-        predicted = max(self.arrivals.rate(sig, now, queued, self.recent_overloads(sig, slo, current)), ramp)
+        predicted = max(self.arrivals.rate(sig, now, queued, self.recent_overloads(sig, slo, current, now)), ramp)
         model_n = self.model.replicas(sig, slo, predicted)
 
         # 3. SLO feedback
@@ -121,12 +122,24 @@ class SLOAutoscaler(ScalingPolicy):
         return Decision(out, self._reason(corr.why, predicted, fit, ramp, queued, model_n, desired, holds, clock_holds,
                                           out != current or desired == current), tuple(h.guard for h in held))
 
-    def recent_overloads(self, sig: FleetSignals, slo: SLOTargets, replicas: int) -> bool:
-        """Whether the recent rate is more than `replicas` can serve at all (modelled utilization 1).
-        Below that, queues stay bounded and a few seconds' Poisson noise is no reason to add one."""
+    def recent_overloads(self, sig: FleetSignals, slo: SLOTargets, replicas: int, now: float) -> bool:
+        """Whether the recent rate is more than `replicas` can serve within the TTFT target (the modelled
+        utilization cap, without headroom). A few seconds' Poisson noise is no reason to add a replica:
+        one reading over the bar starts a test, and the recent rate counts while the mean of the
+        readings since stays over it. A step to just over the fleet's capacity passes it through the
+        noisy readings under the bar (each of which made the wish "none" and restarted the upscale
+        delay); a spike that ends fails it within a reading or two."""
         if sig.rate_rps <= 0:
             return True
-        return sig.recent_rate_rps > max(replicas, 0) * 1000.0 / self.model.per_replica(sig, slo).service_ms
+        bar = max(replicas, 0) * self.model.per_replica(sig, slo).max_rps
+        if self.overload is None or self.overload[0] != replicas:
+            if sig.recent_rate_rps <= bar:
+                return False
+            self.overload = (replicas, 0.0, 0)
+        n, total, count = self.overload
+        total, count = total + sig.recent_rate_rps, count + 1
+        self.overload = (n, total, count) if total / count > bar else None
+        return self.overload is not None
 
     @staticmethod
     def _reason(why: str, predicted: float, fit: tuple[float, float] | None, ramp: float, queued: float, model_n: int,
@@ -144,7 +157,8 @@ class SLOAutoscaler(ScalingPolicy):
     # -- state: plain data, so Serve's policy_state carries it between calls and restarts ------------
 
     def get_state(self) -> dict[str, Any]:
-        st = {"gate": self.gate.get_state(), **self.memory.get_state(), "arrivals": self.arrivals.get_state()}
+        st = {"gate": self.gate.get_state(), **self.memory.get_state(), "arrivals": self.arrivals.get_state(),
+              "overload": None if self.overload is None else list(self.overload)}
         if self.fit is not None:
             st["fit"] = self.fit.get_state()
         return st
@@ -153,6 +167,8 @@ class SLOAutoscaler(ScalingPolicy):
         self.gate.set_state(state.get("gate", {}))
         self.memory.set_state(state)
         self.arrivals.set_state(state.get("arrivals", {}))
+        ov = state.get("overload")
+        self.overload = None if ov is None else (int(ov[0]), float(ov[1]), int(ov[2]))
         if self.fit is not None and "fit" in state:
             self.fit.set_state(state["fit"])
             self.model.use(self.fit.profile)

@@ -1,6 +1,6 @@
 """The kvserve policy does not scale on sampling noise: a window's p90 just over the target
 (its lower confidence bound is not) holds the fleet, and a few seconds' arrival rate adds
-replicas only when it is more than the fleet can serve at all."""
+replicas only when it is more than the fleet can serve within the TTFT target."""
 
 from __future__ import annotations
 
@@ -96,16 +96,20 @@ def test_replicas_that_report_no_bound_are_judged_on_their_p90():
 def test_a_recent_rate_the_fleet_can_serve_does_not_add_a_replica_but_an_overload_does():
     cap = per_replica_capacity(PROFILE, 300.0, 100.0, SLO.ttft_p90_ms, SLO.itl_p90_ms, 0.8)
     n = 2
-    planned, serveable = n * cap.per_replica_rps, n * 1000.0 / cap.service_ms
-    assert planned < serveable
+    planned, serveable = n * cap.per_replica_rps, n * cap.max_rps
+    assert planned < serveable < n * 1000.0 / cap.service_ms
     look_back = planned * 0.95
-    within = (planned + serveable) / 2  # over the plan (headroom), under utilization 1
+    within = (planned + serveable) / 2  # over the plan (headroom), under the TTFT cap
     assert need(look_back) == n and need(within) > n
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(0.0, n, n, fleet(n, rate=look_back, recent=within))).replicas == n
     over = serveable * 1.2
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     assert policy.decide(ScalingInput(0.0, n, n, fleet(n, rate=look_back, recent=over))).replicas == need(over)
+    # Over the TTFT cap but under utilization 1 is an overload too: the replicas would serve it, past the target.
+    short = (serveable + n * 1000.0 / cap.service_ms) / 2
+    policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
+    assert policy.decide(ScalingInput(0.0, n, n, fleet(n, rate=look_back, recent=short))).replicas == need(short) > n
 
 
 def test_a_recent_rate_the_fleet_can_serve_still_holds_a_shrink():
@@ -114,7 +118,7 @@ def test_a_recent_rate_the_fleet_can_serve_still_holds_a_shrink():
     cap = per_replica_capacity(PROFILE, 300.0, 100.0, SLO.ttft_p90_ms, SLO.itl_p90_ms, 0.8)
     look_back = cap.per_replica_rps * 0.5  # one replica's worth
     recent = 2.5 * cap.per_replica_rps  # three replicas' worth by the plan, serveable by 4
-    assert need(look_back) == 1 and need(recent) == 3 and recent < 4 * 1000.0 / cap.service_ms
+    assert need(look_back) == 1 and need(recent) == 3 and recent < 4 * cap.max_rps
     policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
     d = policy.decide(ScalingInput(0.0, 4, 4, fleet(4, rate=look_back, recent=recent)))
     assert d.replicas == 4 and "held" in d.reason
