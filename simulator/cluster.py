@@ -109,7 +109,7 @@ class Cluster:
         # The live replica's own signal window (autoscaling.window), fed the same events, so the
         # policy sees exactly what `record_autoscaling_stats` reports live.
         self.windows: dict[str, SignalWindow] = {}
-        self.prefix_hits: dict[str, list[int]] = {}  # [hit blocks, queried blocks] since start, like vLLM's counters
+        self.prefix_hits: dict[str, list[int]] = {}  # [hit tokens, prompt tokens] since start: vLLM's counters
         self.serving_since: dict[str, float] = {}
         self.heap: list[tuple[float, int, int, object, int]] = []
         self.seq = itertools.count()
@@ -355,8 +355,8 @@ class Cluster:
                 # wait at the router reaches the autoscaler as the routers' queue instead.
                 win.on_first_token((now - (r.routed if r.routed is not None else r.arrival)) * 1000.0, now)
                 hits = self.prefix_hits[rep.rid]
-                hits[0] += r.hit_blocks
-                hits[1] += len(r.block_hashes)
+                hits[0] += r.hit_tokens  # vLLM counts tokens: a prompt's partial last block is a miss
+                hits[1] += r.prompt_tokens
                 self.cluster_ttft.append((now, (now - r.arrival) * 1000.0))  # the timeline plots what users saw
         for r in finished:
             if win is not None:

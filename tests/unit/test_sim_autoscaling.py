@@ -112,3 +112,22 @@ def test_scale_up_warming_skips_prefixes_under_the_request_floor() -> None:
     rid, mine = _first_requests_on_new_replica(res, cluster)
     assert res.serving_since[rid] - cluster.replicas[rid].created == 2.0
     assert mine[0].hit_blocks == 0
+
+
+def test_policy_sees_the_hit_rate_in_tokens_as_vllm_counts_it() -> None:
+    """vLLM's prefix-cache counters are tokens: a prompt's partial last block and its recomputed last
+    block are misses. Counting cached blocks instead would show the policy too few uncached tokens."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=1)
+    mix = TenantMix(tenants=2, system_tokens=32, question_tokens=10, output_tokens=4)  # 42 tokens: 10 blocks + 2
+    wl = generated("step", mix, 4, rate=5.0, phase_s=10.0, seed=1)
+    eng = EngineSettings(block_size=4, kv_blocks=256, max_num_seqs=4, max_batched_tokens=64)
+    sc = ScalingSetup(Scripted(high=1, t_up=0.0, t_down=1e9), cfg, start_s=0.0, decision_interval_s=0.5)
+    cluster = Cluster(wl, LINEAR, eng, make_policy("round_robin"), replicas=0, scaling=sc)
+    res = cluster.run()
+    served = [r for r in res.requests if r.first_token is not None]
+    (rid,) = {r.replica for r in served}
+    tokens = sum(r.hit_tokens for r in served) / sum(r.prompt_tokens for r in served)
+    blocks = sum(r.hit_blocks for r in served) / sum(len(r.block_hashes) for r in served)
+    assert 0.0 < tokens < blocks  # the two counts differ on this workload, so the check below can fail
+    seen = cluster._replica_metrics(cluster.replicas[rid], res.end_time).cache_hit_rate
+    assert abs(seen - tokens) < 1e-9
