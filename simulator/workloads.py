@@ -58,7 +58,8 @@ def load_trace(path: str | Path, time_scale: float = 1.0, max_requests: int | No
             row = json.loads(line)
             n_in = max(1, int(row["input_length"]))
             n_out = max(1, int(row["output_length"]))
-            hashes = chain_ids(row["hash_ids"])
+            # Full blocks only, as the live ingress hashes them (a partial last block is never cached).
+            hashes = chain_ids(row["hash_ids"])[: n_in // MOONCAKE_BLOCK_TOKENS]
             total = max(len(hashes), blocks_for(n_in + n_out, MOONCAKE_BLOCK_TOKENS))
             reqs.append(SimRequest(len(reqs), row["timestamp"] / 1000.0 * time_scale, n_in, n_out, hashes, total))
             if max_requests is not None and len(reqs) >= max_requests:

@@ -41,7 +41,7 @@ def test_routing_json_has_the_agreed_keys(tmp_path: Path) -> None:
         assert sum(t["requests"] for t in row["tenants"].values()) == 4  # every request, under its tenant
     assert data["sim_wall_s"] > 0 and data["workload"]["requests"] == 4
     # 7 distinct chained blocks / (0.7 x 2 replicas) -> 5 blocks each (the largest request needs 4)
-    assert data["workload"]["kv_blocks_per_replica"] == 5
+    assert data["workload"]["kv_blocks_per_replica"] == 4
     assert (tmp_path / "out.png").stat().st_size > 0
 
 
@@ -90,15 +90,22 @@ def test_autoscaler_json_has_the_agreed_keys(tmp_path: Path) -> None:
 
 def test_shared_trace_default_capacity_is_seventy_percent_fill() -> None:
     wl = load_trace(_shared_trace())
-    assert len(wl.requests) == 3993 and wl.distinct_blocks() == 43924
+    assert len(wl.requests) == 3993 and wl.distinct_blocks() == 40148  # full blocks only
     kv = default_kv_blocks(wl, 16, EngineProfile.load(PACKAGED_PROFILE))
     assert 0.69 <= wl.distinct_blocks() / (16 * kv) <= 0.70
 
 
 def test_shared_trace_capacity_at_1000_replicas_is_the_largest_request() -> None:
-    """70% fill would give 63 blocks per replica; the largest request needs 374, so the floor applies."""
+    """70% fill would give 58 blocks per replica; the largest request needs 374, so the floor applies."""
     wl = load_trace(_shared_trace())
     kv = default_kv_blocks(wl, 1000, EngineProfile.load(PACKAGED_PROFILE))
-    assert wl.distinct_blocks() / (0.7 * 1000) < 64
+    assert wl.distinct_blocks() / (0.7 * 1000) < 58
     assert kv == wl.max_request_blocks() == 374
     assert all(r.total_blocks <= kv for r in wl.requests)  # every request can run
+
+
+def test_trace_requests_carry_full_blocks_only() -> None:
+    """The live ingress hashes full blocks only; a partial last block would be a hash no engine stores."""
+    wl = load_trace(_shared_trace())
+    assert all(len(r.block_hashes) == r.prompt_tokens // wl.block_size for r in wl.requests)
+    assert any(r.prompt_tokens % wl.block_size for r in wl.requests)  # there are partial blocks to leave out
