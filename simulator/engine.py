@@ -77,7 +77,6 @@ class EngineSettings:
     engines_per_device: int = 1
 
 
-
 class Device:
     """One accelerator that several replicas share: a step that starts while n of its engines are
     busy (itself included) takes n times the profile's time (processor sharing, fixed at the step's start)."""
