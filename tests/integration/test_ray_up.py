@@ -51,6 +51,27 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _free_port_range(n: int, avoid: set[int]) -> int:
+    """The first port of n consecutive free ports, none of them in `avoid` (Ray refuses overlaps)."""
+    for base in range(20000, 60000 - n, n):
+        window = range(base, base + n)
+        if avoid.intersection(window):
+            continue
+        socks = []
+        try:
+            for port in window:
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
 def _ensure_packages() -> None:
     missing = [pkg for path, pkg in APT_PACKAGES.items() if not Path(path).exists()]
     if not missing:
@@ -163,7 +184,10 @@ def _ray(args: list[str], cluster_yaml: Path, raytmp: Path, log: Path, timeout_s
 
 def test_ray_up_onprem_serves_the_default_model(sshd):
     target = TARGETS["onprem"]
-    gcs, dash, client, agent, agent_grpc, rt_env, metrics, http, worker_base = _free_ports(9)
+    fixed = _free_ports(8)
+    gcs, dash, client, agent, agent_grpc, rt_env, metrics, http = fixed
+    # Ray's worker range must not hold any fixed port: an overlap fails `ray start` at random.
+    worker_base = _free_port_range(201, set(fixed))
     ports = RayPorts(
         gcs=gcs,
         dashboard=dash,
@@ -172,8 +196,8 @@ def test_ray_up_onprem_serves_the_default_model(sshd):
         dashboard_agent_grpc=agent_grpc,
         runtime_env_agent=rt_env,
         metrics_export=metrics,
-        min_worker=min(worker_base, 65000),
-        max_worker=min(worker_base, 65000) + 200,
+        min_worker=worker_base,
+        max_worker=worker_base + 200,
     )
     # One CPU replica keeps this light beside other work on a 2-core machine. Explicit open mode on
     # loopback: the target's keys file would need an ./api-keys.yaml beside the test.
