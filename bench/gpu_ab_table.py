@@ -1,0 +1,102 @@
+"""The GPU router A/B table: a live `kvserve bench` JSON with the simulator of the same workload beside it.
+
+    python -m bench.gpu_ab_table LIVE.json PROFILE.json OUT.json --device D --vllm V --command C [--seeds 0-9]
+
+Runs `kvserve sim` (the CLI, so the command in the JSON reproduces each row) on the live run's
+workload and the GPU profile measured on the same card, for seed 0 (the live run's seed) and
+for every seed given (medians), each with the hindsight partition bound; then writes the live
+policies, the simulator's, and the targets of issue 29 (kvserve p90 <= 0.5x pow2's and
+<= 1.1x the partition bound; sim vs live p50/p90 within 25%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CONFIG = "bench/configs/gpu-8b-4replicas.yaml"
+POLICIES = ("round_robin", "pow2", "ray_prefix", "kvserve")
+WITHIN = 0.25  # sim vs live, relative
+
+
+def sim_command(live: dict[str, Any], profile: Path, seed: int) -> list[str]:
+    w = live["workload"]
+    return ["kvserve", "sim", "--workload", w["workload"], "--replicas", str(len(POLICIES)), "--config", CONFIG,
+            "--profile", str(profile), "--tenants", str(w["tenants"]), "--tenant-skew", w["tenant_skew"],
+            "--system-tokens", str(w["system_tokens"]), "--question-tokens", str(w["question_tokens"]),
+            "--output-tokens", str(w["output_tokens"]), "--concurrency", str(w["concurrency"]),
+            "--requests", str(w["requests"]), "--policies", ",".join(POLICIES), "--partition-oracle", "20",
+            "--seed", str(seed)]
+
+
+def run_sim(cmd: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sim.json"
+        subprocess.run([sys.executable, "-m", "cli", *cmd[1:], "--json", str(out)], check=True,
+                       stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())["policies"]
+
+
+def summary(policies: dict[str, Any]) -> dict[str, dict[str, float]]:
+    bound, pow2 = policies["partition_oracle"]["ttft_p90_ms"], policies["pow2"]["ttft_p90_ms"]
+    return {name: {"ttft_p50_ms": round(p["ttft_p50_ms"], 1), "ttft_p90_ms": round(p["ttft_p90_ms"], 1),
+                   "prefix_hit_rate": round(p["prefix_hit_rate"], 3),
+                   "p90_over_partition_bound": round(p["ttft_p90_ms"] / bound, 3),
+                   "p90_over_pow2": round(p["ttft_p90_ms"] / pow2, 3)}
+            for name, p in policies.items()}
+
+
+def seeds_of(text: str) -> list[int]:
+    lo, _, hi = text.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("live", type=Path)
+    ap.add_argument("profile", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--device", required=True, help="the card the live run and the profile ran on")
+    ap.add_argument("--vllm", required=True, help="vLLM version on that card")
+    ap.add_argument("--command", required=True, help="the command that produced LIVE.json")
+    ap.add_argument("--date", default=datetime.date.today().isoformat())
+    ap.add_argument("--seeds", default="0-9")
+    a = ap.parse_args(argv)
+    live = json.loads(a.live.read_text())
+    per_seed = {s: summary(run_sim(sim_command(live, a.profile, s))) for s in seeds_of(a.seeds)}
+    medians = {name: {k: round(statistics.median(per_seed[s][name][k] for s in per_seed), 3)
+                      for k in per_seed[0][name]} for name in per_seed[0]}
+    seed0 = per_seed[0]
+    lp = live["policies"]
+    sim_vs_live = {name: {q: round(seed0[name][f"ttft_{q}_ms"] / lp[name][f"ttft_{q}_ms"], 3) for q in ("p50", "p90")}
+                   for name in POLICIES if name in lp}
+    kv = lp["kvserve"]["ttft_p90_ms"]
+    out = {
+        "device": a.device, "vllm": a.vllm, "date": a.date, "command": a.command, "profile": a.profile.name,
+        **{k: v for k, v in live.items() if k not in ("device", "vllm")},
+        "simulator": {"command": " ".join(sim_command(live, a.profile, 0)), "policies": seed0,
+                      "sim_over_live": sim_vs_live},
+        "simulator_seeds": {"command": " ".join(sim_command(live, a.profile, 0)[:-1]) + " S", "seeds": a.seeds,
+                            "medians": medians},
+        "targets": {
+            "kvserve_p90_over_pow2_live": round(kv / lp["pow2"]["ttft_p90_ms"], 3),
+            "kvserve_p90_over_partition_bound_sim_seed0": seed0["kvserve"]["p90_over_partition_bound"],
+            "kvserve_p90_over_partition_bound_sim_median": medians["kvserve"]["p90_over_partition_bound"],
+            "kvserve_live_p90_over_sim_partition_bound": round(kv / seed0["partition_oracle"]["ttft_p90_ms"], 3),
+            "sim_vs_live_within_25pct": sum(abs(r - 1) <= WITHIN for v in sim_vs_live.values() for r in v.values()),
+            "sim_vs_live_pairs": 2 * len(sim_vs_live),
+        },
+    }
+    a.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out["targets"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

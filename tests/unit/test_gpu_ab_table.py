@@ -1,0 +1,30 @@
+"""The GPU A/B table's arithmetic: ratios to pow2 and to the partition bound, the sim command, seed ranges."""
+
+from pathlib import Path
+
+from bench.gpu_ab_table import POLICIES, seeds_of, sim_command, summary
+
+
+def _policy(p50: float, p90: float) -> dict[str, float]:
+    return {"ttft_p50_ms": p50, "ttft_p90_ms": p90, "prefix_hit_rate": 0.5}
+
+
+def test_summary_ratios_are_to_pow2_and_to_the_partition_bound() -> None:
+    out = summary({"pow2": _policy(500, 2000), "kvserve": _policy(100, 600), "partition_oracle": _policy(90, 400)})
+    assert out["kvserve"]["p90_over_pow2"] == 0.3
+    assert out["kvserve"]["p90_over_partition_bound"] == 1.5
+    assert out["partition_oracle"]["p90_over_partition_bound"] == 1.0
+
+
+def test_sim_command_replays_the_live_workload() -> None:
+    live = {"workload": {"workload": "multi-tenant", "tenants": 32, "tenant_skew": "zipf:1.1", "system_tokens": 2000,
+                         "question_tokens": 50, "output_tokens": 64, "concurrency": 64, "requests": 600}}
+    cmd = sim_command(live, Path("p.json"), 3)
+    flags = dict(zip(cmd[2::2], cmd[3::2]))
+    assert flags["--tenants"] == "32" and flags["--system-tokens"] == "2000" and flags["--concurrency"] == "64"
+    assert flags["--policies"] == ",".join(POLICIES) and flags["--seed"] == "3" and flags["--profile"] == "p.json"
+
+
+def test_seed_ranges() -> None:
+    assert seeds_of("0-9") == list(range(10))
+    assert seeds_of("4") == [4]
