@@ -87,7 +87,10 @@ def deploy(cfg: KVServeConfig, address: str | None = "auto", timeout_s: float = 
     if not ray.is_initialized():
         for k, v in _ray_env(cfg).items():
             os.environ.setdefault(k, v)
-        ray.init(address=address, namespace="kvserve", logging_level="ERROR", log_to_driver=False)
+        # The same job-level env as `start_cluster`: Serve folds it into the replicas' actor options,
+        # so a driver without it (`kvserve bench` redeploying) would restart every engine.
+        ray.init(address=address, namespace="kvserve", logging_level="ERROR", log_to_driver=False,
+                 runtime_env={"env_vars": _ray_env(cfg)})
     serve.start(
         http_options={"host": cfg.server.host, "port": cfg.server.port,
                       "request_timeout_s": cfg.server.request_timeout_s},

@@ -47,3 +47,31 @@ def test_a_new_policy_keeps_the_engines_and_starts_on_empty_caches(cluster):
     finally:
         deploy(cluster.cfg, address=None, timeout_s=900)  # back to the session's policy
     assert httpx.get(cluster.url + "/kvserve/config", timeout=30).json()["router"]["policy"] == "kvserve"
+
+
+OTHER_DRIVER = """
+import sys
+from cluster.local import deploy
+from kvserve.config import KVServeConfig
+cfg = KVServeConfig.model_validate_json(open(sys.argv[1]).read())
+deploy(cfg, address=sys.argv[2], cache_epoch="another-driver", timeout_s=600)
+"""
+
+
+def test_a_deploy_from_another_process_keeps_the_engines(cluster, tmp_path):
+    """`kvserve bench` is a second Ray driver: its deploy must carry the same job env as the one that
+    started the cluster, or Serve sees new actor options and restarts every engine, one by one."""
+    import subprocess
+    import sys
+
+    import ray
+
+    from bench.cluster_check import verify
+
+    engines = sorted(s["replica_id"] for s in cluster.stats())
+    cfg_file = tmp_path / "cluster.json"
+    cfg_file.write_text(cluster.cfg.model_dump_json())
+    subprocess.run([sys.executable, "-c", OTHER_DRIVER, str(cfg_file), ray.get_runtime_context().gcs_address],
+                   check=True, timeout=900)
+    served = asyncio.run(verify(cluster.url, None, 2, ready_timeout_s=300, settle_s=60, cache_epoch="another-driver"))
+    assert served == engines
