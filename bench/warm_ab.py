@@ -43,7 +43,7 @@ def run(warm_prefixes: int) -> dict:
                                  "autoscaling": {"warm_prefixes": warm_prefixes}}, environ={})
     deploy(cfg, address=None)
     url, model = base_url(cfg), cfg.model.name
-    for i in range(5):  # the hot set: every tenant seen 5 times, over autoscaling.warm_min_requests (4)
+    for i in range(5):  # the hot set: every tenant seen 5 times, over autoscaling.warm_min_requests (2)
         for t in range(TENANTS):
             _ttft(url, model, t, f"warm-up question {i}?")
     time.sleep(6)  # the ingress posts hot prefixes every 5 s; replicas post stats every second

@@ -199,10 +199,10 @@ class Ingress(BatchRoutes):
         return CompletionWork(prompt=data.get("prompt", ""), **common)
 
     def _note_hot(self, tenant: str, hashes: list[int], tokens: list[int], salt: str | None) -> None:
-        """Track hot prefixes (keyed by tenant + the prompt's second block) for scale-up warming."""
+        """Track hot prefixes (per family: tenant + the prompt's second block) for scale-up warming."""
         if len(hashes) < 2 or not self.cfg.autoscaling.warm_prefixes:
             return
-        self.hot.observe(family_key(tenant, hashes), tokens, time.monotonic(), salt)
+        self.hot.observe(family_key(tenant, hashes), tokens, time.monotonic(), salt, block_hashes=hashes)
         self._hot_dirty = True
 
     async def _post_hot_every(self, period_s: float) -> None:
@@ -214,8 +214,13 @@ class Ingress(BatchRoutes):
                 continue
             self._hot_dirty = False
             try:
-                a = self.cfg.autoscaling  # families under the floor are not worth a replica's start-up time
-                hot = self.hot.hottest(a.warm_prefixes * 4, time.monotonic(), a.warm_min_requests)
+                a = self.cfg.autoscaling  # prefixes under the floor are not worth a replica's start-up time
+                try:
+                    serving = await self._running_replicas()
+                except Exception:
+                    serving = 1
+                # The set one more replica than serve now pre-fills: its share of the hot traffic.
+                hot = self.hot.warm_set(time.monotonic(), serving + 1, a.warm_min_requests, a.warm_prefixes)
                 self._stats_board().put_hot.remote(hot)
             except Exception:
                 log.exception("posting hot prefixes failed")

@@ -48,6 +48,11 @@ def _payload(err: APIError) -> tuple[int, dict]:
     return err.status, err.body()
 
 
+async def _drain(outputs: AsyncIterator[Any]) -> None:
+    async for _ in outputs:
+        pass
+
+
 class LLMReplica:
     """Ray Serve deployment class (decorated in deployments.app)."""
 
@@ -122,17 +127,22 @@ class LLMReplica:
 
             SamplingParams = get("SamplingParams")
 
+            # The ingress posts the warm set (router.hot_prefixes.HotPrefixTracker.warm_set): hottest
+            # first, until they carry this replica's share of the hot traffic.
             hot = await board(self.cfg.app_name).get_hot.remote()
-            for family in hot[:n]:  # the ingress posts only families over warm_min_requests
-                if time.monotonic() - start > budget:
+            for family in hot[:n]:
+                left = budget - (time.monotonic() - start)
+                if left <= 0:
                     break
                 req_id = f"warm-{self.replica_id}-{self.warmed_prefixes}"
                 prompt = {"prompt_token_ids": list(family.tokens)}
                 if family.salt:  # the tenant's cache_salt, or the warmed blocks would be ones it never hits
                     prompt["cache_salt"] = family.salt
-                async for _ in self.engine.generate(prompt,
-                                                    SamplingParams(max_tokens=1), req_id):
-                    pass
+                try:  # the budget bounds start-up: a prefill that would pass it is cancelled (engine abort)
+                    await asyncio.wait_for(_drain(self.engine.generate(prompt, SamplingParams(max_tokens=1), req_id)),
+                                           left)
+                except asyncio.TimeoutError:
+                    break
                 self.warmed_prefixes += 1
         except Exception:  # warming is an optimisation; never block start-up on it
             log.exception("prefix warm-up failed")

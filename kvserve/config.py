@@ -273,14 +273,18 @@ class AutoscalingConfig(_Section):
                               "at a higher load than the remembered overload proves that memory stale: it is raised.")
     drain_grace_s: float = Field(60.0, ge=0, description="In-flight requests get this long to finish on scale-down.")
     warm_prefixes: int = Field(
-        4, ge=0, description="A starting replica pre-fills this many of the hottest tenant prefixes before it "
-        "takes traffic (0 = off)."
+        64, ge=0, description="A starting replica pre-fills the hottest prefixes (tenant system prompts, "
+        "conversations) until they carry its share (1 / replicas) of the hot traffic, at most this many, before "
+        "it takes traffic (0 = off). A safety cap: the share and the time budget decide."
     )
-    warm_timeout_s: float = Field(60.0, ge=0, description="Time budget for that warm-up.")
+    warm_timeout_s: float = Field(
+        10.0, ge=0, description="Time budget for that warm-up: it delays the replica's first traffic, so a slow "
+        "(CPU) engine stops early (a prefill that would pass it is aborted)."
+    )
     warm_min_requests: float = Field(
-        4.0, ge=0, description="Warm only prefixes whose family was seen at least this often recently (a request "
-        "count decayed with a 2-minute half-life). A warm-up delays the replica's first traffic by one prefill per "
-        "prefix and pays back only if the family soon sends it requests; rarely seen prefixes are not worth it."
+        2.0, ge=0, description="Warm only prefixes seen at least this often recently (a request count decayed with "
+        "a 2-minute half-life; a conversation's latest turns). A warm-up delays the replica's first traffic by one "
+        "prefill per prefix and pays back only if the prefix soon sends it requests; rarely seen ones are not worth it."
     )
     look_back_s: float = Field(AUTOSCALER.look_back_s, gt=0)
     overload_memory_s: float = Field(

@@ -188,12 +188,17 @@ class Cluster:
             return
         rep.warmed = True
         cfg, ms, bs = self.scaling.cfg, 0.0, self.engine.block_size  # type: ignore[union-attr]
-        # Live, each hot prefix is one max_tokens=1 request run alone, until the time budget is spent.
-        for _, hashes, *_ in self.hot.hottest(cfg.warm_prefixes, now, cfg.warm_min_requests):
-            if ms / 1000.0 > cfg.warm_timeout_s:
+        # As live (deployments/replica.py): the ingress's warm set for one more replica than serve now;
+        # each prefix one max_tokens=1 request run alone, prefilling what is not cached yet. Live aborts
+        # the one running when the time budget runs out; here it is not started.
+        serving = sum(1 for r in self.replicas.values() if r.state == SERVING)
+        for _, hashes, *_ in self.hot.warm_set(now, serving + 1, cfg.warm_min_requests, cfg.warm_prefixes):
+            new = len(hashes) - rep.kv.cached_prefix(hashes)
+            step = self.profile.prefill_ms_for(new * bs, (len(hashes) - new) * bs) + self.profile.decode_step_ms(1)
+            if (ms + step) / 1000.0 > cfg.warm_timeout_s:
                 break
-            ms += self.profile.prefill_ms_for(len(hashes) * bs) + self.profile.decode_step_ms(1)
             rep.kv.warm(hashes)
+            ms += step
         if not ms:
             self._make_serving(rep, now)  # nothing hot enough: serve at once
             return
@@ -270,7 +275,8 @@ class Cluster:
         if self.scaling is not None:
             self.cluster_arrivals.append(now)
         if self.hot is not None and len(req.block_hashes) >= 2:
-            self.hot.observe(family_key(req.tenant, req.block_hashes), req.block_hashes, now)
+            self.hot.observe(family_key(req.tenant, req.block_hashes), req.block_hashes, now,
+                             block_hashes=req.block_hashes)
         if req.total_blocks > self.engine.kv_blocks:
             req.failed, req.finished = True, now
             self.rejected += 1

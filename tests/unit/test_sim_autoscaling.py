@@ -82,9 +82,11 @@ def _first_requests_on_new_replica(res, cluster):  # type: ignore[no-untyped-def
 
 
 def test_scale_up_warming_prefills_the_hot_prefixes_before_the_replica_serves() -> None:
-    """As live (deployments/replica.py): a starting replica pre-fills the hottest tenant prefixes, paying
-    their prefill time before it is routable, so its first request of each hot tenant hits cache."""
-    warm = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0, warm_prefixes=3)
+    """As live (deployments/replica.py): a starting replica pre-fills the warm set, paying its prefill time
+    before it is routable, so its first request of each hot tenant hits cache. Tenant prompts: the router
+    spreads each tenant over the replicas holding it, so a warmed one brings the new replica half its
+    traffic (two replicas); carrying half of all, the new replica warms every hot tenant."""
+    warm = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0)
     cold = warm.model_copy(update={"warm_prefixes": 0})
     runs = {}
     for name, cfg in (("warm", warm), ("cold", cold)):
@@ -103,10 +105,19 @@ def test_scale_up_warming_prefills_the_hot_prefixes_before_the_replica_serves() 
     assert all(r.hit_blocks == 0 for r in first_per_tenant(cold_reqs).values())
 
 
+def test_scale_up_warm_up_never_passes_its_time_budget() -> None:
+    """`warm_timeout_s` bounds the delay to the replica's first traffic: a prefill that would pass it is
+    not run (live: aborted). 0.1 s fits two of the three 42 ms warm-ups."""
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0, warm_timeout_s=0.1)
+    _, cluster = _cluster(Scripted(high=2, t_up=5.0, t_down=1e9), cfg, start_s=2.0)
+    res = cluster.run()
+    rid, _ = _first_requests_on_new_replica(res, cluster)
+    assert abs(res.serving_since[rid] - cluster.replicas[rid].created - (2.0 + 2 * 0.042)) < 1e-9
+
+
 def test_scale_up_warming_skips_prefixes_under_the_request_floor() -> None:
     """`warm_min_requests` above every family's recent count: nothing is warmed and nothing is delayed."""
-    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0, warm_prefixes=3,
-                            warm_min_requests=1e9)
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=2, drain_grace_s=1000.0, warm_min_requests=1e9)
     _, cluster = _cluster(Scripted(high=2, t_up=5.0, t_down=1e9), cfg, start_s=2.0)
     res = cluster.run()
     rid, mine = _first_requests_on_new_replica(res, cluster)
