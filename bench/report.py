@@ -26,6 +26,8 @@ JSON_KEYS = (
     "replicas",
     "cold_start_requests",
     "cold_start_ttft_s",
+    "ttft_breakdown_ms",
+    "engine_step_ms",
 )
 
 # (column header, RunMetrics attribute, format, lower is better)

@@ -21,7 +21,9 @@ from bench.client import RequestResult, auth_headers, completion_body, stream_re
 from bench.cluster_check import verify
 from bench.loop_lag import LoopLag
 from bench.metrics import RunMetrics, summarize
-from bench.server_stats import Snapshot, cold_start_delta, fetch_cold_starts, fetch_stats, prefix_hit_rate
+from bench.server_stats import (COLD_START_TTFT, INGRESS_TTFT, Snapshot, cold_start_delta, engine_step_ms,
+                                fetch_histograms, fetch_settled_stats, fetch_stats,
+                                prefix_hit_rate, ttft_breakdown_ms)
 from bench.timeline import StatsSampler, TimelineRow, build_timeline
 from bench.workloads import BenchRequest
 from cluster.local import deploy as _deploy
@@ -134,8 +136,8 @@ async def replay(
                                  limits=limits) as client:
         for req in warmup:  # one at a time: wakes engines without shaping their caches much
             await _send(client, opts, req)
-        before: Snapshot = await fetch_stats(client, opts.base_url, opts.headers)
-        cold_before = await fetch_cold_starts(client, opts.base_url, opts.headers)
+        before: Snapshot = await fetch_settled_stats(client, opts.base_url, opts.headers)
+        hist_before = await fetch_histograms(client, opts.base_url, opts.headers)
         sampler = StatsSampler(lambda: fetch_stats(client, opts.base_url, opts.headers)) if opts.sample_stats else None
         sampler_task = asyncio.create_task(sampler.run()) if sampler else None
         lag = LoopLag()
@@ -153,12 +155,18 @@ async def replay(
             if sampler and sampler_task:
                 sampler.stop()
                 await sampler_task
-        after: Snapshot = await fetch_stats(client, opts.base_url, opts.headers)
-        cold_after = await fetch_cold_starts(client, opts.base_url, opts.headers)
+        after: Snapshot = await fetch_settled_stats(client, opts.base_url, opts.headers)
+        hist_after = await fetch_histograms(client, opts.base_url, opts.headers)
     results.sort(key=lambda r: r.idx)
     metrics = summarize(results, slo_ttft_ms=opts.slo_ttft_ms, slo_itl_ms=opts.slo_itl_ms, replicas=after.keys())
     metrics.prefix_hit_rate = prefix_hit_rate(before, after)
-    metrics.cold_start_requests, metrics.cold_start_ttft_s = cold_start_delta(cold_before, cold_after)
+    hb, ha = hist_before or {}, hist_after or {}
+    metrics.cold_start_requests, metrics.cold_start_ttft_s = cold_start_delta(hb.get(COLD_START_TTFT),
+                                                                              ha.get(COLD_START_TTFT))
+    ttfts = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
+    metrics.ttft_breakdown_ms = ttft_breakdown_ms(1000.0 * sum(ttfts) / len(ttfts) if ttfts else None, before, after,
+                                                  hb.get(INGRESS_TTFT), ha.get(INGRESS_TTFT))
+    metrics.engine_step_ms = engine_step_ms(before, after, metrics.duration_s)
     metrics.client_loop_lag_p99_ms, metrics.client_loop_lag_max_ms = lag.summary()
     timeline = build_timeline(results, sampler.samples, t0) if sampler else []
     return PolicyRun(policy, metrics, results, timeline, late)

@@ -6,6 +6,8 @@ The prefix-cache hit rate of a run is read from the engines' cumulative counters
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -22,6 +24,14 @@ class ReplicaCounters:
     waiting: int = 0
     running: int = 0
     cache_epoch: str | None = None  # bumped by a redeploy that empties the prefix caches
+    # The engine's side of TTFT (deployments.engine_stats): counts and sums in seconds.
+    posted_at: float | None = None  # the replica's wall clock when it took these counters
+    steps: int = 0
+    first_tokens: int = 0
+    ttft_sum_s: float = 0.0
+    finished: int = 0
+    queued_sum_s: float = 0.0
+    prefill_sum_s: float = 0.0
 
 
 Snapshot = dict[str, ReplicaCounters]
@@ -39,12 +49,19 @@ def parse_stats(payload: dict) -> Snapshot:
             waiting=int(r.get("waiting", 0)),
             running=int(r.get("running", 0)),
             cache_epoch=r.get("cache_epoch"),
+            posted_at=r.get("posted_at"),
+            steps=int(r.get("steps", 0)),
+            first_tokens=int(r.get("first_tokens", 0)),
+            ttft_sum_s=float(r.get("ttft_sum_s", 0.0)),
+            finished=int(r.get("finished", 0)),
+            queued_sum_s=float(r.get("queued_sum_s", 0.0)),
+            prefill_sum_s=float(r.get("prefill_sum_s", 0.0)),
         )
         out[c.replica_id] = c
     return out
 
 
-def _delta(after: int, before: int) -> int:
+def _delta(after: float, before: float) -> float:
     # A counter that went backwards belongs to a restarted replica: count it from zero.
     return after - before if after >= before else after
 
@@ -69,31 +86,101 @@ async def fetch_stats(client: httpx.AsyncClient, base_url: str, headers: dict | 
     return parse_stats(resp.json())
 
 
+async def fetch_settled_stats(client: httpx.AsyncClient, base_url: str, headers: dict | None = None,
+                              timeout_s: float = 10.0, poll_s: float = 0.2) -> Snapshot:
+    """The counters as of now: replicas post them to the stats board about once a second, so a snapshot
+    read right after a run can miss its last requests. Polls until every replica's counters were taken
+    after this call began. Past `timeout_s` (a clock skewed between hosts, a replica that stopped
+    posting) returns the latest snapshot."""
+    since = time.time()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snap = await fetch_stats(client, base_url, headers)
+        # A server that does not say when (a test double, an older kvserve) is taken as it is.
+        if all(c.posted_at is None or c.posted_at >= since for c in snap.values()) or time.monotonic() >= deadline:
+            return snap
+        await asyncio.sleep(poll_s)
+
+
+def _engine_means_ms(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
+    """Mean engine TTFT, scheduler wait and prefill (ms) over the requests of the run, from the replicas'
+    cumulative sums (after - before; replicas alive at the end, as for the hit rate)."""
+    tot = {k: 0.0 for k in ("first_tokens", "ttft_sum_s", "finished", "queued_sum_s", "prefill_sum_s")}
+    for rid, a in after.items():
+        b = before.get(rid)
+        for k in tot:
+            tot[k] += _delta(getattr(a, k), getattr(b, k) if b else 0)
+    per = (lambda s, n: 1000.0 * tot[s] / tot[n] if tot[n] else None)
+    return {"engine": per("ttft_sum_s", "first_tokens"), "engine_queue": per("queued_sum_s", "finished"),
+            "engine_prefill": per("prefill_sum_s", "finished")}
+
+
+def engine_step_ms(before: Snapshot, after: Snapshot, duration_s: float) -> float | None:
+    """Mean engine step time over the run (ms): the run's duration over each replica's steps, averaged
+    over replicas that stepped. A replica that idled part of the run reads slower than its steps were."""
+    per = [1000.0 * duration_s / n for rid, a in after.items()
+           if (n := _delta(a.steps, before[rid].steps if rid in before else 0)) > 0]
+    return sum(per) / len(per) if per else None
+
+
 @dataclass(frozen=True)
-class ColdStarts:
-    """The ingress's cold-start histogram (`kvserve_cold_start_ttft_seconds`): requests that arrived while
-    no replica served (scale from zero), and their summed times to first token."""
+class HistogramTotals:
+    """A Prometheus histogram's count and sum (seconds) from the ingress's /metrics."""
 
     count: float = 0.0
     sum_s: float = 0.0
 
 
-def parse_cold_starts(metrics_text: str) -> ColdStarts:
+ColdStarts = HistogramTotals  # `kvserve_cold_start_ttft_seconds`: requests held while no replica served
+INGRESS_TTFT = "kvserve_ttft_seconds"
+COLD_START_TTFT = "kvserve_cold_start_ttft_seconds"
+
+
+def parse_histogram(metrics_text: str, name: str) -> HistogramTotals:
     for family in text_string_to_metric_families(metrics_text):
-        if family.name == "kvserve_cold_start_ttft_seconds":
+        if family.name == name:
             by = {s.name: s.value for s in family.samples}
-            return ColdStarts(by.get(family.name + "_count", 0.0), by.get(family.name + "_sum", 0.0))
-    return ColdStarts()
+            return HistogramTotals(by.get(name + "_count", 0.0), by.get(name + "_sum", 0.0))
+    return HistogramTotals()
 
 
-async def fetch_cold_starts(client: httpx.AsyncClient, base_url: str,
-                            headers: dict | None = None) -> ColdStarts | None:
-    """None from a server without kvserve's metrics (a bare vLLM, a test double)."""
+def parse_cold_starts(metrics_text: str) -> ColdStarts:
+    return parse_histogram(metrics_text, COLD_START_TTFT)
+
+
+async def fetch_histograms(client: httpx.AsyncClient, base_url: str,
+                           headers: dict | None = None) -> dict[str, HistogramTotals] | None:
+    """The ingress's cold-start and TTFT histograms; None from a server without kvserve's metrics (a bare
+    vLLM, a test double)."""
     try:
         resp = await client.get(f"{base_url}/metrics", headers=headers, timeout=10.0)
     except httpx.HTTPError:
         return None
-    return parse_cold_starts(resp.text) if resp.status_code == 200 else None
+    if resp.status_code != 200:
+        return None
+    return {name: parse_histogram(resp.text, name) for name in (COLD_START_TTFT, INGRESS_TTFT)}
+
+
+def histogram_mean_ms(before: HistogramTotals | None, after: HistogramTotals | None) -> float | None:
+    if after is None:
+        return None
+    if before is None or after.count < before.count:
+        before = HistogramTotals()
+    n = after.count - before.count
+    return 1000.0 * (after.sum_s - before.sum_s) / n if n else None
+
+
+def ttft_breakdown_ms(client_mean_ms: float | None, before: Snapshot, after: Snapshot,
+                      ingress_before: HistogramTotals | None,
+                      ingress_after: HistogramTotals | None) -> dict[str, float | None]:
+    """Where the mean time to first token goes, outermost first (ms). client: the bench's own clock;
+    ingress: the kvserve ingress, arrival -> first chunk out (so client - ingress is the HTTP proxy
+    and the client); engine: vLLM's frontend in the replica, arrival -> first token (so ingress -
+    engine is routing, the Serve handle hop and the relay); engine_queue + engine_prefill: the
+    scheduler's wait and the steps the prefill rode in (engine - those is the engine's own
+    input and output processing)."""
+    return {"client": client_mean_ms, "ingress": histogram_mean_ms(ingress_before, ingress_after),
+            **_engine_means_ms(before, after)}
 
 
 def cold_start_delta(before: ColdStarts | None, after: ColdStarts | None) -> tuple[int | None, float | None]:

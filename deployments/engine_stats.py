@@ -25,6 +25,14 @@ class EngineCounters:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
+        # Where a request's time to first token goes inside the engine (bench's TTFT breakdown): sums in
+        # seconds. ttft: the engine frontend's arrival -> first token (vLLM's own TTFT); queued: waiting
+        # in the scheduler; prefill: first scheduled -> first token (the steps its prefill rode in).
+        self.first_tokens = 0
+        self.ttft_sum_s = 0.0
+        self.finished = 0
+        self.queued_sum_s = 0.0
+        self.prefill_sum_s = 0.0
         # Set by the replica: feeds the engine-measured TTFT/ITL into the autoscaling window.
         self.on_iteration = None
 
@@ -53,9 +61,16 @@ class CounterStatLogger(StatLoggerBase):
         if iteration_stats is not None:
             c.generation_tokens += iteration_stats.num_generation_tokens
             c.prompt_tokens += iteration_stats.prompt_token_stats.total
+            ttfts = iteration_stats.time_to_first_tokens_iter
+            c.first_tokens += len(ttfts)
+            c.ttft_sum_s += sum(ttfts)
+            for f in iteration_stats.finished_requests:
+                c.finished += 1
+                c.queued_sum_s += f.queued_time
+                c.prefill_sum_s += f.prefill_time
             if c.on_iteration is not None:
                 c.on_iteration(
-                    iteration_stats.time_to_first_tokens_iter,
+                    ttfts,
                     iteration_stats.inter_token_latencies_iter,
                     [f.num_generation_tokens for f in iteration_stats.finished_requests],
                 )

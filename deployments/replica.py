@@ -290,6 +290,7 @@ class LLMReplica:
         c.pop("on_iteration", None)
         return {
             "replica_id": self.replica_id,
+            "posted_at": time.time(),  # wall clock: a reader can wait for counters newer than what it did
             "cache_epoch": self.cache_epoch,
             "num_requests": self.num_requests,
             "aborted": self.aborted,

@@ -101,3 +101,97 @@ def test_cold_starts_are_read_from_the_ingress_histogram_as_a_delta():
     assert cold_start_delta(after, after) == (0, None)
     assert cold_start_delta(None, None) == (None, None)
     assert parse_cold_starts("# nothing here\n") == ColdStarts()
+
+
+def test_ttft_breakdown_takes_the_runs_deltas_outermost_first():
+    from bench.server_stats import HistogramTotals, ReplicaCounters, ttft_breakdown_ms
+
+    def rc(rid: str, n: int, ttft: float, queued: float, prefill: float) -> ReplicaCounters:
+        return ReplicaCounters(rid, 0, 0, n, first_tokens=n, ttft_sum_s=ttft, finished=n, queued_sum_s=queued,
+                               prefill_sum_s=prefill)
+
+    before = {"a": rc("a", 10, 1.0, 0.2, 0.3)}
+    # "a" served 2 more requests (0.3 s of engine TTFT); "b" appeared during the run and counts from zero.
+    after = {"a": rc("a", 12, 1.3, 0.22, 0.4), "b": rc("b", 2, 0.1, 0.0, 0.02)}
+    out = ttft_breakdown_ms(250.0, before, after, HistogramTotals(10, 2.0), HistogramTotals(14, 2.8))
+    assert out["client"] == 250.0
+    assert out["ingress"] == pytest.approx(200.0)
+    assert out["engine"] == pytest.approx(100.0)  # (0.3 + 0.1) s over 4 first tokens
+    assert out["engine_queue"] == pytest.approx(5.0)
+    assert out["engine_prefill"] == pytest.approx(30.0)
+    # A server without kvserve's metrics or counters: unknown, not zero.
+    blank = ttft_breakdown_ms(None, {}, {}, None, None)
+    assert blank == {"client": None, "ingress": None, "engine": None, "engine_queue": None, "engine_prefill": None}
+
+
+def test_engine_counters_sum_vllms_first_token_and_finished_request_times():
+    from types import SimpleNamespace
+
+    from deployments.engine_stats import CounterStatLogger, EngineCounters
+
+    logger = CounterStatLogger.__new__(CounterStatLogger)
+    logger.counters = c = EngineCounters()
+    seen = []
+    c.on_iteration = lambda ttfts, itls, done: seen.append((ttfts, done))
+    done = [SimpleNamespace(queued_time=0.01, prefill_time=0.05, num_generation_tokens=8)]
+    it = SimpleNamespace(num_generation_tokens=3, prompt_token_stats=SimpleNamespace(total=100),
+                         time_to_first_tokens_iter=[0.2, 0.1], inter_token_latencies_iter=[], finished_requests=done)
+    logger.record(None, it)
+    logger.record(None, SimpleNamespace(**{**vars(it), "time_to_first_tokens_iter": [], "finished_requests": done}))
+    assert (c.first_tokens, c.finished) == (2, 2)
+    assert c.ttft_sum_s == pytest.approx(0.3)
+    assert (c.queued_sum_s, c.prefill_sum_s) == (pytest.approx(0.02), pytest.approx(0.1))
+    assert seen[0] == ([0.2, 0.1], [8])
+    assert "on_iteration" not in c.as_dict() and c.as_dict()["ttft_sum_s"] == pytest.approx(0.3)
+
+
+def test_engine_step_time_is_the_runs_duration_over_each_replicas_steps():
+    from bench.server_stats import ReplicaCounters, engine_step_ms
+
+    before = {"a": ReplicaCounters("a", 0, 0, 0, steps=100)}
+    after = {"a": ReplicaCounters("a", 0, 0, 0, steps=300), "b": ReplicaCounters("b", 0, 0, 0, steps=100),
+             "idle": ReplicaCounters("idle", 0, 0, 0)}
+    assert engine_step_ms(before, after, 2.0) == pytest.approx((10.0 + 20.0) / 2)  # idle: no steps, not counted
+    assert engine_step_ms({}, {}, 2.0) is None
+
+
+def test_settled_stats_wait_for_counters_taken_after_the_call():
+    import asyncio
+    import time
+
+    import httpx
+
+    from bench.server_stats import fetch_settled_stats
+
+    calls = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        # The board still holds the counters posted before the call, then the replica posts again.
+        posted = time.time() - 5.0 if len(calls) < 3 else time.time()
+        return httpx.Response(200, json={"replicas": [{"replica_id": "r0", "finished": len(calls),
+                                                       "posted_at": posted}]})
+
+    async def run(**kw):
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            return await fetch_settled_stats(client, "http://x", poll_s=0.01, **kw)
+
+    assert asyncio.run(run())["r0"].finished == 3
+    calls.clear()
+    assert asyncio.run(run(timeout_s=0.0))["r0"].finished == 1  # past the timeout: what there is
+
+
+def test_settled_stats_take_a_server_that_does_not_say_when_at_once():
+    import asyncio
+
+    import httpx
+
+    from bench.server_stats import fetch_settled_stats
+
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, json={"replicas": [{"replica_id": "r0"}]}))
+
+    async def run():
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await fetch_settled_stats(client, "http://x", timeout_s=60.0)
+
+    assert list(asyncio.run(run())) == ["r0"]
