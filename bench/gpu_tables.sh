@@ -34,14 +34,15 @@ router-ab)
   # The bench waits for every replica itself (/ready). Each policy restarts the ingress (its router) and
   # empties the engines' prefix caches; the engines start once (~4 min for 4 with CUDA graphs).
   # CONCURRENCY: one or more levels on the same engines; the first writes gpu-router-ab.json, the others
-  # gpu-router-ab-cN.json (how the TTFT breakdown moves with load).
+  # gpu-router-ab-cN.json (how the TTFT breakdown moves with load), with POLICIES_AFTER if set.
   rc=0; first=1
   for c in ${CONCURRENCY:-64}; do
-    name=gpu-router-ab; [ $first = 1 ] || name=gpu-router-ab-c$c; first=0
+    name=gpu-router-ab; pols=${POLICIES:-kvserve,ray_prefix,pow2,round_robin}
+    [ $first = 1 ] || { name=gpu-router-ab-c$c; pols=${POLICIES_AFTER:-$pols}; }; first=0
     $py -m cli bench --config $cfg --workload multi-tenant --tenants 32 --tenant-skew zipf:1.1 \
       --system-tokens 2000 --question-tokens 50 --output-tokens 64 --concurrency $c --requests "${REQUESTS:-600}" \
-      --policies "${POLICIES:-kvserve,ray_prefix,pow2,round_robin}" --ready-timeout 600 --timeout 300 \
-      --json "$out/$name.json" --requests-jsonl /tmp/$name.requests.jsonl || rc=$?
+      --policies "$pols" --ready-timeout 600 --timeout 300 --json "$out/$name.json" \
+      --requests-jsonl /tmp/$name.requests.jsonl || rc=$?
     gzip -c /tmp/$name.requests.jsonl > "$out/$name.requests.jsonl.gz" 2>/dev/null
   done
   kill -INT -- -$pid 2>/dev/null; sleep 10; /tmp/site/bin/ray stop --force > /dev/null 2>&1

@@ -66,7 +66,7 @@ class RunMetrics:
     cold_start_requests: int | None = None
     cold_start_ttft_s: float | None = None
     # Mean TTFT by where it is spent, client -> ingress -> engine (bench.server_stats.ttft_breakdown_ms).
-    ttft_breakdown_ms: dict[str, float | None] | None = None
+    ttft_breakdown_ms: dict[str, dict[str, float | None]] | None = None
     engine_step_ms: float | None = None  # mean engine step over the run (bench.server_stats.engine_step_ms)
     ttft_ms_all: list[float] = field(default_factory=list, repr=False)
 

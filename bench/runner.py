@@ -163,9 +163,8 @@ async def replay(
     hb, ha = hist_before or {}, hist_after or {}
     metrics.cold_start_requests, metrics.cold_start_ttft_s = cold_start_delta(hb.get(COLD_START_TTFT),
                                                                               ha.get(COLD_START_TTFT))
-    ttfts = [r.ttft_s for r in results if r.ok and r.ttft_s is not None]
-    metrics.ttft_breakdown_ms = ttft_breakdown_ms(1000.0 * sum(ttfts) / len(ttfts) if ttfts else None, before, after,
-                                                  hb.get(INGRESS_TTFT), ha.get(INGRESS_TTFT))
+    ttfts = [1000.0 * r.ttft_s for r in results if r.ok and r.ttft_s is not None]
+    metrics.ttft_breakdown_ms = ttft_breakdown_ms(ttfts, before, after, hb.get(INGRESS_TTFT), ha.get(INGRESS_TTFT))
     metrics.engine_step_ms = engine_step_ms(before, after, metrics.duration_s)
     metrics.client_loop_lag_p99_ms, metrics.client_loop_lag_max_ms = lag.summary()
     timeline = build_timeline(results, sampler.samples, t0) if sampler else []

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from kvserve import latency_hist
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class ReplicaCounters:
     finished: int = 0
     queued_sum_s: float = 0.0
     prefill_sum_s: float = 0.0
+    ttft_hist: tuple[int, ...] = ()  # per-request, bucketed in ms over kvserve.latency_hist.EDGES_MS
+    queued_hist: tuple[int, ...] = ()
+    prefill_hist: tuple[int, ...] = ()
 
 
 Snapshot = dict[str, ReplicaCounters]
@@ -56,6 +62,9 @@ def parse_stats(payload: dict) -> Snapshot:
             finished=int(r.get("finished", 0)),
             queued_sum_s=float(r.get("queued_sum_s", 0.0)),
             prefill_sum_s=float(r.get("prefill_sum_s", 0.0)),
+            ttft_hist=tuple(r.get("ttft_hist", ())),
+            queued_hist=tuple(r.get("queued_hist", ())),
+            prefill_hist=tuple(r.get("prefill_hist", ())),
         )
         out[c.replica_id] = c
     return out
@@ -102,17 +111,13 @@ async def fetch_settled_stats(client: httpx.AsyncClient, base_url: str, headers:
         await asyncio.sleep(poll_s)
 
 
-def _engine_means_ms(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
-    """Mean engine TTFT, scheduler wait and prefill (ms) over the requests of the run, from the replicas'
-    cumulative sums (after - before; replicas alive at the end, as for the hit rate)."""
-    tot = {k: 0.0 for k in ("first_tokens", "ttft_sum_s", "finished", "queued_sum_s", "prefill_sum_s")}
-    for rid, a in after.items():
-        b = before.get(rid)
-        for k in tot:
-            tot[k] += _delta(getattr(a, k), getattr(b, k) if b else 0)
-    per = (lambda s, n: 1000.0 * tot[s] / tot[n] if tot[n] else None)
-    return {"engine": per("ttft_sum_s", "first_tokens"), "engine_queue": per("queued_sum_s", "finished"),
-            "engine_prefill": per("prefill_sum_s", "finished")}
+LAYERS = (("engine", "first_tokens", "ttft_sum_s", "ttft_hist"),
+          ("engine_queue", "finished", "queued_sum_s", "queued_hist"),
+          ("engine_prefill", "finished", "prefill_sum_s", "prefill_hist"))
+
+
+def _summary(mean: float | None, quantile_of: Callable[[float], float | None]) -> dict[str, float | None]:
+    return {"mean": mean, "p50": quantile_of(0.5), "p90": quantile_of(0.9)}
 
 
 def engine_step_ms(before: Snapshot, after: Snapshot, duration_s: float) -> float | None:
@@ -123,12 +128,33 @@ def engine_step_ms(before: Snapshot, after: Snapshot, duration_s: float) -> floa
     return sum(per) / len(per) if per else None
 
 
+def _engine_layers(before: Snapshot, after: Snapshot) -> dict[str, dict[str, float | None]]:
+    """Engine TTFT, scheduler wait and prefill (ms) over the run's requests, from the replicas'
+    cumulative counters (after - before; replicas alive at the end, as for the hit rate)."""
+    out = {}
+    for layer, count, total, hist in LAYERS:
+        n = s_sum = 0.0
+        counts = [0.0] * (len(latency_hist.EDGES_MS) + 1)
+        for rid, a in after.items():
+            b = before.get(rid)
+            n += _delta(getattr(a, count), getattr(b, count) if b else 0)
+            s_sum += _delta(getattr(a, total), getattr(b, total) if b else 0)
+            if getattr(a, hist):
+                for i, v in enumerate(latency_hist.delta(getattr(a, hist), getattr(b, hist) if b else None)):
+                    counts[i] += v
+        out[layer] = _summary(1000.0 * s_sum / n if n else None,
+                              lambda q: latency_hist.quantile(latency_hist.EDGES_MS, counts, q))
+    return out
+
+
 @dataclass(frozen=True)
 class HistogramTotals:
-    """A Prometheus histogram's count and sum (seconds) from the ingress's /metrics."""
+    """A Prometheus histogram from the ingress's /metrics, summed over its label sets: count, sum (s), and
+    the cumulative count at each bucket's upper edge (s)."""
 
     count: float = 0.0
     sum_s: float = 0.0
+    buckets: tuple[tuple[float, float], ...] = field(default=(), compare=False)
 
 
 ColdStarts = HistogramTotals  # `kvserve_cold_start_ttft_seconds`: requests held while no replica served
@@ -139,8 +165,17 @@ COLD_START_TTFT = "kvserve_cold_start_ttft_seconds"
 def parse_histogram(metrics_text: str, name: str) -> HistogramTotals:
     for family in text_string_to_metric_families(metrics_text):
         if family.name == name:
-            by = {s.name: s.value for s in family.samples}
-            return HistogramTotals(by.get(name + "_count", 0.0), by.get(name + "_sum", 0.0))
+            count = total = 0.0
+            cum: dict[float, float] = {}
+            for s in family.samples:  # one series per label set (tenant, class): add them up
+                if s.name == name + "_count":
+                    count += s.value
+                elif s.name == name + "_sum":
+                    total += s.value
+                elif s.name == name + "_bucket":
+                    le = float(s.labels["le"])
+                    cum[le] = cum.get(le, 0.0) + s.value
+            return HistogramTotals(count, total, tuple(sorted(cum.items())))
     return HistogramTotals()
 
 
@@ -161,26 +196,39 @@ async def fetch_histograms(client: httpx.AsyncClient, base_url: str,
     return {name: parse_histogram(resp.text, name) for name in (COLD_START_TTFT, INGRESS_TTFT)}
 
 
-def histogram_mean_ms(before: HistogramTotals | None, after: HistogramTotals | None) -> float | None:
+def _ingress_layer(before: HistogramTotals | None, after: HistogramTotals | None) -> dict[str, float | None]:
     if after is None:
-        return None
+        return _summary(None, lambda q: None)
     if before is None or after.count < before.count:
         before = HistogramTotals()
     n = after.count - before.count
-    return 1000.0 * (after.sum_s - before.sum_s) / n if n else None
+    was = dict(before.buckets)
+    edges = [le for le, _ in after.buckets if le != float("inf")]
+    cum = [c - was.get(le, 0.0) for le, c in after.buckets]
+    counts = [c - (cum[i - 1] if i else 0.0) for i, c in enumerate(cum)]  # +Inf last: the overflow bucket
+
+    def quantile_ms(q: float) -> float | None:
+        x = latency_hist.quantile(edges, counts, q) if edges else None
+        return None if x is None else 1000.0 * x
+
+    return _summary(1000.0 * (after.sum_s - before.sum_s) / n if n else None, quantile_ms)
 
 
-def ttft_breakdown_ms(client_mean_ms: float | None, before: Snapshot, after: Snapshot,
+def ttft_breakdown_ms(client_ttfts_ms: Sequence[float], before: Snapshot, after: Snapshot,
                       ingress_before: HistogramTotals | None,
-                      ingress_after: HistogramTotals | None) -> dict[str, float | None]:
-    """Where the mean time to first token goes, outermost first (ms). client: the bench's own clock;
-    ingress: the kvserve ingress, arrival -> first chunk out (so client - ingress is the HTTP proxy
-    and the client); engine: vLLM's frontend in the replica, arrival -> first token (so ingress -
-    engine is routing, the Serve handle hop and the relay); engine_queue + engine_prefill: the
-    scheduler's wait and the steps the prefill rode in (engine - those is the engine's own
-    input and output processing)."""
-    return {"client": client_mean_ms, "ingress": histogram_mean_ms(ingress_before, ingress_after),
-            **_engine_means_ms(before, after)}
+                      ingress_after: HistogramTotals | None) -> dict[str, dict[str, float | None]]:
+    """Where the time to first token goes, outermost first: per layer its mean, p50 and p90 (ms).
+    client: the bench's own clock; ingress: the kvserve ingress, arrival -> first chunk out (client -
+    ingress is the HTTP proxy and the client); engine: vLLM's frontend in the replica, arrival -> first
+    token (ingress - engine is routing, the Serve handle hop and the relay); engine_queue and
+    engine_prefill: the scheduler's wait and the steps the prefill rode in (engine - those is the
+    engine's own input and output processing). Quantiles of the server's layers are read from
+    histograms, within a bucket of the exact ones."""
+    ts = sorted(client_ttfts_ms)
+    client = _summary(sum(ts) / len(ts) if ts else None,
+                      lambda q: ts[min(int(q * len(ts)), len(ts) - 1)] if ts else None)
+    return {"client": client, "ingress": _ingress_layer(ingress_before, ingress_after),
+            **_engine_layers(before, after)}
 
 
 def cold_start_delta(before: ColdStarts | None, after: ColdStarts | None) -> tuple[int | None, float | None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.vllm_compat import get
+from kvserve import latency_hist
 
 StatLoggerBase = get("StatLoggerBase")
 
@@ -33,11 +34,15 @@ class EngineCounters:
         self.finished = 0
         self.queued_sum_s = 0.0
         self.prefill_sum_s = 0.0
+        # The same per request, bucketed in ms (kvserve.latency_hist) for a run's quantiles.
+        self.ttft_hist = latency_hist.new_counts()
+        self.queued_hist = latency_hist.new_counts()
+        self.prefill_hist = latency_hist.new_counts()
         # Set by the replica: feeds the engine-measured TTFT/ITL into the autoscaling window.
         self.on_iteration = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if k != "on_iteration"}
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in vars(self).items() if k != "on_iteration"}
 
 
 COUNTERS = EngineCounters()
@@ -64,10 +69,14 @@ class CounterStatLogger(StatLoggerBase):
             ttfts = iteration_stats.time_to_first_tokens_iter
             c.first_tokens += len(ttfts)
             c.ttft_sum_s += sum(ttfts)
+            for t in ttfts:
+                latency_hist.add(c.ttft_hist, 1000.0 * t)
             for f in iteration_stats.finished_requests:
                 c.finished += 1
                 c.queued_sum_s += f.queued_time
                 c.prefill_sum_s += f.prefill_time
+                latency_hist.add(c.queued_hist, 1000.0 * f.queued_time)
+                latency_hist.add(c.prefill_hist, 1000.0 * f.prefill_time)
             if c.on_iteration is not None:
                 c.on_iteration(
                     ttfts,

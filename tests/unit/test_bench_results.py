@@ -104,24 +104,42 @@ def test_cold_starts_are_read_from_the_ingress_histogram_as_a_delta():
 
 
 def test_ttft_breakdown_takes_the_runs_deltas_outermost_first():
-    from bench.server_stats import HistogramTotals, ReplicaCounters, ttft_breakdown_ms
+    from bench.server_stats import HistogramTotals, ReplicaCounters, parse_histogram, ttft_breakdown_ms
+    from kvserve import latency_hist
 
-    def rc(rid: str, n: int, ttft: float, queued: float, prefill: float) -> ReplicaCounters:
+    def hist(*ms: float) -> tuple[int, ...]:
+        counts = latency_hist.new_counts()
+        for x in ms:
+            latency_hist.add(counts, x)
+        return tuple(counts)
+
+    def rc(rid: str, n: int, ttft: float, queued: float, prefill: float, ttfts=()) -> ReplicaCounters:
         return ReplicaCounters(rid, 0, 0, n, first_tokens=n, ttft_sum_s=ttft, finished=n, queued_sum_s=queued,
-                               prefill_sum_s=prefill)
+                               prefill_sum_s=prefill, ttft_hist=hist(*ttfts))
 
-    before = {"a": rc("a", 10, 1.0, 0.2, 0.3)}
+    before = {"a": rc("a", 10, 1.0, 0.2, 0.3, [500.0] * 10)}
     # "a" served 2 more requests (0.3 s of engine TTFT); "b" appeared during the run and counts from zero.
-    after = {"a": rc("a", 12, 1.3, 0.22, 0.4), "b": rc("b", 2, 0.1, 0.0, 0.02)}
-    out = ttft_breakdown_ms(250.0, before, after, HistogramTotals(10, 2.0), HistogramTotals(14, 2.8))
-    assert out["client"] == 250.0
-    assert out["ingress"] == pytest.approx(200.0)
-    assert out["engine"] == pytest.approx(100.0)  # (0.3 + 0.1) s over 4 first tokens
-    assert out["engine_queue"] == pytest.approx(5.0)
-    assert out["engine_prefill"] == pytest.approx(30.0)
+    after = {"a": rc("a", 12, 1.3, 0.22, 0.4, [500.0] * 10 + [100.0, 200.0]),
+             "b": rc("b", 2, 0.1, 0.0, 0.02, [40.0, 60.0])}
+    # The ingress's histogram comes as one series per tenant: they add up.
+    text = "# TYPE kvserve_ttft_seconds histogram\n" + "".join(
+        f'kvserve_ttft_seconds_bucket{{tenant="{t}",le="{le}"}} {c}\n'
+        f'' for t, rows in (("x", (("0.1", 1), ("0.25", 3), ("+Inf", 3))), ("y", (("0.1", 0), ("0.25", 1), ("+Inf", 1))))
+        for le, c in rows) + 'kvserve_ttft_seconds_count{tenant="x"} 3\nkvserve_ttft_seconds_sum{tenant="x"} 0.5\n' \
+        + 'kvserve_ttft_seconds_count{tenant="y"} 1\nkvserve_ttft_seconds_sum{tenant="y"} 0.3\n'
+    ingress = parse_histogram(text, "kvserve_ttft_seconds")
+    assert (ingress.count, ingress.sum_s) == (4, pytest.approx(0.8))
+    out = ttft_breakdown_ms([300.0, 200.0, 250.0, 250.0], before, after, HistogramTotals(), ingress)
+    assert out["client"] == {"mean": 250.0, "p50": 250.0, "p90": 300.0}
+    assert out["ingress"]["mean"] == pytest.approx(200.0)
+    assert 100.0 < out["ingress"]["p50"] <= 250.0  # 1 of 4 under 100 ms, all 4 under 250 ms
+    assert out["engine"]["mean"] == pytest.approx(100.0)  # (0.3 + 0.1) s over 4 first tokens
+    assert 40.0 < out["engine"]["p50"] < 100.0 * latency_hist.RATIO  # 40, 60, 100, 200: the run's own four
+    assert out["engine_queue"]["mean"] == pytest.approx(5.0)
+    assert out["engine_prefill"]["mean"] == pytest.approx(30.0)
     # A server without kvserve's metrics or counters: unknown, not zero.
-    blank = ttft_breakdown_ms(None, {}, {}, None, None)
-    assert blank == {"client": None, "ingress": None, "engine": None, "engine_queue": None, "engine_prefill": None}
+    blank = ttft_breakdown_ms([], {}, {}, None, None)
+    assert all(v is None for layer in blank.values() for v in layer.values()), blank
 
 
 def test_engine_counters_sum_vllms_first_token_and_finished_request_times():
@@ -141,6 +159,7 @@ def test_engine_counters_sum_vllms_first_token_and_finished_request_times():
     assert (c.first_tokens, c.finished) == (2, 2)
     assert c.ttft_sum_s == pytest.approx(0.3)
     assert (c.queued_sum_s, c.prefill_sum_s) == (pytest.approx(0.02), pytest.approx(0.1))
+    assert (sum(c.ttft_hist), sum(c.queued_hist), sum(c.prefill_hist)) == (2, 2, 2)
     assert seen[0] == ([0.2, 0.1], [8])
     assert "on_iteration" not in c.as_dict() and c.as_dict()["ttft_sum_s"] == pytest.approx(0.3)
 
