@@ -1,12 +1,14 @@
 """The GPU router A/B table: a live `kvserve bench` JSON with the simulator of the same workload beside it.
 
     python -m bench.gpu_ab_table LIVE.json PROFILE.json OUT.json --device D --vllm V --command C [--seeds 0-9]
+        [--also LIVE_OTHER_LOAD.json]
 
 Runs `kvserve sim` (the CLI, so the command in the JSON reproduces each row) on the live run's
 workload and the GPU profile measured on the same card, for seed 0 (the live run's seed) and
 for every seed given (medians), each with the hindsight partition bound; then writes the live
 policies, the simulator's, and the targets of issue 29 (kvserve p90 <= 0.5x pow2's and
-<= 1.1x the partition bound; sim vs live p50/p90 within 25%).
+<= 1.1x the partition bound; sim vs live p50/p90 within 25%). `--also`: a run of the same engines at
+another concurrency, put beside its simulator (seed 0) under "other_loads".
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ WITHIN = 0.25  # sim vs live, relative
 
 
 def sim_command(live: dict[str, Any], profile: Path, seed: int) -> list[str]:
-    w = live["workload"]
+    w, policies = live["workload"], [p for p in POLICIES if p in live["policies"]]
     return ["kvserve", "sim", "--workload", w["workload"], "--replicas", str(len(POLICIES)), "--config", CONFIG,
             "--profile", str(profile), "--tenants", str(w["tenants"]), "--tenant-skew", w["tenant_skew"],
             "--system-tokens", str(w["system_tokens"]), "--question-tokens", str(w["question_tokens"]),
             "--output-tokens", str(w["output_tokens"]), "--concurrency", str(w["concurrency"]),
-            "--requests", str(w["requests"]), "--policies", ",".join(POLICIES), "--partition-oracle", "20",
+            "--requests", str(w["requests"]), "--policies", ",".join(policies), "--partition-oracle", "20",
             "--seed", str(seed)]
 
 
@@ -53,6 +55,11 @@ def summary(policies: dict[str, Any]) -> dict[str, dict[str, float]]:
             for name, p in policies.items()}
 
 
+def over_live(sim: dict[str, Any], live: dict[str, Any]) -> dict[str, dict[str, float]]:
+    return {name: {q: round(sim[name][f"ttft_{q}_ms"] / live[name][f"ttft_{q}_ms"], 3) for q in ("p50", "p90")}
+            for name in POLICIES if name in live and name in sim}
+
+
 def seeds_of(text: str) -> list[int]:
     lo, _, hi = text.partition("-")
     return list(range(int(lo), int(hi or lo) + 1))
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--command", required=True, help="the command that produced LIVE.json")
     ap.add_argument("--date", default=datetime.date.today().isoformat())
     ap.add_argument("--seeds", default="0-9")
+    ap.add_argument("--also", type=Path, action="append", default=[], help="a live run at another concurrency")
     a = ap.parse_args(argv)
     live = json.loads(a.live.read_text())
     per_seed = {s: summary(run_sim(sim_command(live, a.profile, s))) for s in seeds_of(a.seeds)}
@@ -75,8 +83,14 @@ def main(argv: list[str] | None = None) -> None:
                       for k in per_seed[0][name]} for name in per_seed[0]}
     seed0 = per_seed[0]
     lp = live["policies"]
-    sim_vs_live = {name: {q: round(seed0[name][f"ttft_{q}_ms"] / lp[name][f"ttft_{q}_ms"], 3) for q in ("p50", "p90")}
-                   for name in POLICIES if name in lp}
+    sim_vs_live = over_live(seed0, lp)
+    others = {}
+    for f in a.also:
+        other = json.loads(f.read_text())
+        sim = summary(run_sim(sim_command(other, a.profile, 0)))
+        others[f"concurrency_{other['workload']['concurrency']}"] = {
+            "policies": other["policies"], "simulator": {"command": " ".join(sim_command(other, a.profile, 0)),
+                                                         "policies": sim, "sim_over_live": over_live(sim, other["policies"])}}
     kv = lp["kvserve"]["ttft_p90_ms"]
     out = {
         "device": a.device, "vllm": a.vllm, "date": a.date, "command": a.command, "profile": a.profile.name,
@@ -93,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             "sim_vs_live_within_25pct": sum(abs(r - 1) <= WITHIN for v in sim_vs_live.values() for r in v.values()),
             "sim_vs_live_pairs": 2 * len(sim_vs_live),
         },
+        "other_loads": others,
     }
     a.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out["targets"], indent=1))

@@ -8,6 +8,12 @@ Profile JSON (what `kvserve profile` writes; the shared H200 profile has the sam
   prefill: [{prompt_tokens, cached_fraction, ttft_ms}],
   decode:  [{context_tokens, batch, itl_ms}],
   prefill_ms_per_cached_token (optional; `kvserve profile` fits it, see `fit_cached_token_ms`)
+  host: {ms, ms_per_stream} (optional; `python -m bench.host_fit` measures it from a live bench)
+
+`host` is the time a request spends outside the engine before its first token reaches the client
+(HTTP proxy, ingress, routing, the Serve hop, the replica's own input and output processing), as
+ms + ms_per_stream x the streams open on its replica: on a GPU that shares its host's CPUs among
+several replicas it is a large part of TTFT. Profiles without it have none.
 
 With `prefill_ms_per_cached_token`, prefill time = cold curve(new tokens) + that
 slope x the cached context the new tokens attend to: a cache hit is cheap, not
@@ -45,6 +51,8 @@ class EngineProfile:
     decode: dict[int, tuple[list[float], list[float]]]
     source: str = ""
     cached_token_ms: float = 0.0  # prefill ms per cached context token the new tokens attend to
+    host_base_ms: float = 0.0  # a request's time outside the engine before its first token: base ...
+    host_ms_per_stream: float = 0.0  # ... plus this per stream open on its replica
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "") -> EngineProfile:
@@ -69,7 +77,9 @@ class EngineProfile:
         for ctx, (bx, by) in list(dec.items()):
             order = sorted(range(len(bx)), key=bx.__getitem__)
             dec[ctx] = ([bx[i] for i in order], [by[i] for i in order])
-        return cls(int(d.get("block_size", 16)), int(d["kv_cache_tokens"]), xs, ys, dec, source, cached_ms)
+        host = d.get("host") or {}
+        return cls(int(d.get("block_size", 16)), int(d["kv_cache_tokens"]), xs, ys, dec, source, cached_ms,
+                   float(host.get("ms", 0.0)), float(host.get("ms_per_stream", 0.0)))
 
     @classmethod
     def load(cls, path: str | Path) -> EngineProfile:
@@ -78,6 +88,11 @@ class EngineProfile:
     def prefill_ms_for(self, uncached_tokens: float, cached_context: float = 0.0) -> float:
         cold = max(0.0, _interp(self.prefill_tokens, self.prefill_ms, max(uncached_tokens, 0.0)))
         return cold + self.cached_token_ms * max(cached_context, 0.0)
+
+    def host_ms(self, streams: int) -> float:
+        """Time outside the engine before the first token, for a request that finds `streams` open on its
+        replica (itself included)."""
+        return self.host_base_ms + self.host_ms_per_stream * max(streams, 1)
 
     def prefill_ms_per_token(self) -> float:
         """Marginal prefill cost at the large end of the profile (the router's cost slope)."""

@@ -35,7 +35,7 @@ from router.base import ReplicaLoad, RouteRequest, RoutingPolicy
 from router.hot_prefixes import HotPrefixTracker, family_key
 from router.retire import CacheRecency, retire_order
 
-_STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE = range(6)
+_STEP, _TICK, _DECIDE, _READY, _GRACE, _ARRIVE, _HOST = range(7)
 PLOT_WINDOW_S = 10.0
 NEW_REPLICA_WINDOW_S = 60.0  # a new replica's first minute of serving: the pre-warm target's window
 
@@ -316,10 +316,19 @@ class Cluster:
         since = self.serving_since[rid]
         if self.scaling is not None and since > 0.0 and now - since <= self.scaling.new_replica_window_s:
             req.fleet_hit_blocks = fleet_prefix((r.kv for r in self.replicas.values() if r.state != GONE), req.block_hashes)
-        rep.enqueue(req)
         self._log(now, "routed", req, rid)
         if self.scaling is not None:
             self.windows[rid].on_arrival(req.prompt_tokens, now=now, waited_s=now - req.arrival)
+        host_ms = self.profile.host_ms(rep.ongoing + 1)
+        if host_ms > 0.0:  # the host path first (EngineProfile.host_ms): the engine sees it after
+            rep.reserve(req)
+            self._refresh_load(rep)
+            self._push(now + host_ms / 1000.0, _HOST, req)
+            return
+        self._to_engine(rep, req, now)
+
+    def _to_engine(self, rep: Replica, req: SimRequest, now: float) -> None:
+        rep.enqueue(req)
         self._refresh_load(rep)
         self._kick(rep, now)
 
@@ -536,6 +545,10 @@ class Cluster:
                     self._ready(obj, now)  # type: ignore[arg-type]
             elif kind == _GRACE:
                 self._grace_over(obj, now)  # type: ignore[arg-type]
+            elif kind == _HOST:
+                rep = self.replicas[obj.replica]  # type: ignore[attr-defined]
+                if id(obj) in rep.arriving:  # not lost with its replica meanwhile
+                    self._to_engine(rep, obj, now)  # type: ignore[arg-type]
         # Requests still waiting for a replica when the run ends were never served.
         for r in self.pending:
             r.failed, r.finished = True, self.end_time

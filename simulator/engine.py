@@ -104,6 +104,7 @@ class Replica:
         self.gone_at: float | None = None
         self.drain_started: float | None = None
         self.waiting: deque[SimRequest] = deque()
+        self.arriving: dict[int, SimRequest] = {}  # routed here, still on the host path (not yet in the engine)
         self.batch: list[SimRequest] = []  # vLLM's running list: admission order, preempted from the end
         self.ongoing = 0  # routed and not finished (the router's count)
         self.queued_prefill_tokens = 0
@@ -122,10 +123,18 @@ class Replica:
 
     # ---- queueing ---------------------------------------------------------
 
-    def enqueue(self, req: SimRequest) -> None:
-        self.waiting.append(req)
+    def reserve(self, req: SimRequest) -> None:
+        """Routed here: counted as ongoing while it crosses the host path; `enqueue` hands it to the engine."""
+        self.arriving[id(req)] = req
         self.ongoing += 1
         self.routed_total += 1
+        self.stats_dirty = True
+
+    def enqueue(self, req: SimRequest) -> None:
+        if self.arriving.pop(id(req), None) is None:
+            self.ongoing += 1
+            self.routed_total += 1
+        self.waiting.append(req)
         self._unprefilled(req, req.num_tokens)
         self.stats_dirty = True
 
@@ -310,7 +319,8 @@ class Replica:
 
     def kill_all(self) -> list[SimRequest]:
         """Grace period over: everything still here fails (counted, never silently dropped)."""
-        lost = list(self.waiting) + list(self.batch)
+        lost = list(self.arriving.values()) + list(self.waiting) + list(self.batch)
+        self.arriving.clear()
         self.waiting.clear()
         self.batch.clear()
         self._set_busy(False)

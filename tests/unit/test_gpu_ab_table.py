@@ -18,11 +18,27 @@ def test_summary_ratios_are_to_pow2_and_to_the_partition_bound() -> None:
 
 def test_sim_command_replays_the_live_workload() -> None:
     live = {"workload": {"workload": "multi-tenant", "tenants": 32, "tenant_skew": "zipf:1.1", "system_tokens": 2000,
-                         "question_tokens": 50, "output_tokens": 64, "concurrency": 64, "requests": 600}}
+                         "question_tokens": 50, "output_tokens": 64, "concurrency": 64, "requests": 600},
+            "policies": {p: {} for p in POLICIES}}
     cmd = sim_command(live, Path("p.json"), 3)
     flags = dict(zip(cmd[2::2], cmd[3::2]))
     assert flags["--tenants"] == "32" and flags["--system-tokens"] == "2000" and flags["--concurrency"] == "64"
     assert flags["--policies"] == ",".join(POLICIES) and flags["--seed"] == "3" and flags["--profile"] == "p.json"
+
+
+def test_sim_command_runs_the_policies_the_live_run_had() -> None:
+    live = {"workload": {"workload": "multi-tenant", "tenants": 8, "tenant_skew": "zipf:1.1", "system_tokens": 200,
+                         "question_tokens": 5, "output_tokens": 4, "concurrency": 16, "requests": 60},
+            "policies": {"pow2": {}, "kvserve": {}}}
+    flags = dict(zip(*(lambda c: (c[2::2], c[3::2]))(sim_command(live, Path("p.json"), 0))))
+    assert flags["--policies"] == "pow2,kvserve"
+
+
+def test_sim_over_live_pairs_only_the_policies_both_ran() -> None:
+    from bench.gpu_ab_table import over_live
+
+    sim = {"kvserve": _policy(120, 660), "pow2": _policy(500, 2000)}
+    assert over_live(sim, {"kvserve": _policy(100, 600)}) == {"kvserve": {"p50": 1.2, "p90": 1.1}}
 
 
 def test_seed_ranges() -> None:

@@ -12,15 +12,17 @@ from simulator.workloads import SimWorkload, TenantMix, generated
 from router.block_hash import chain_ids
 from router.registry import make_policy
 
-# prefill_ms(x) = x ms (linear through the two points); a decode step is 10 ms at any batch.
-LINEAR = EngineProfile.from_dict(
-    {
+def _linear_dict() -> dict:
+    # prefill_ms(x) = x ms (linear through the two points); a decode step is 10 ms at any batch.
+    return {
         "block_size": 4,
         "kv_cache_tokens": 4096,
         "prefill": [{"prompt_tokens": 100, "ttft_ms": 100.0}, {"prompt_tokens": 200, "ttft_ms": 200.0}],
         "decode": [{"context_tokens": 512, "batch": 1, "itl_ms": 10.0}, {"context_tokens": 512, "batch": 64, "itl_ms": 10.0}],
     }
-)
+
+
+LINEAR = EngineProfile.from_dict(_linear_dict())
 
 
 def mk(idx: int, t: float, ids: list[int], out: int, bs: int = 4) -> SimRequest:
@@ -113,3 +115,33 @@ def test_conservation(rows, replicas, policy, spare) -> None:  # type: ignore[no
         assert sum(res.itl.tokens) == decoded
     assert sum(res.routed.values()) == len(reqs)
     assert res.failed_requests == 0 and res.rejected_requests == 0
+
+
+def test_a_profiles_host_path_comes_before_the_engine_and_counts_as_ongoing() -> None:
+    # Host path 20 ms + 5 ms per stream open on the replica (itself included): A finds none open
+    # (25 ms to the engine, then its 8 ms prefill); B, routed at 10 ms while A crosses its host path,
+    # finds A open (30 ms: the engine sees it at 40 ms, in A's decode step, which ends A at 43 ms), then
+    # prefills in the next step.
+    host = EngineProfile.from_dict({**_linear_dict(), "host": {"ms": 20.0, "ms_per_stream": 5.0}})
+    wl = SimWorkload("hand", [mk(0, 0.0, [1, 2], 2), mk(1, 0.01, [5, 6], 2)], 4)
+    eng = EngineSettings(block_size=4, kv_blocks=16, max_num_seqs=8, max_batched_tokens=64)
+    res = Cluster(wl, host, eng, make_policy("round_robin"), replicas=1, trace_events=True).run()
+    assert [round(r.first_token, 6) for r in res.requests] == [0.025 + 0.008, 0.043 + 0.008]
+    plain = Cluster(wl, LINEAR, eng, make_policy("round_robin"), replicas=1).run()
+    assert [round(r.first_token, 6) for r in plain.requests] == [0.008, 0.018 + 0.008]  # B waits out A's decode
+
+
+def test_requests_on_the_host_path_are_lost_with_their_replica() -> None:
+    from simulator.engine import Replica
+
+    eng = EngineSettings(block_size=4, kv_blocks=16, max_num_seqs=8, max_batched_tokens=64)
+    rep = Replica("r0", LINEAR, eng, created=0.0)
+    a, b = mk(0, 0.0, [1], 1), mk(1, 0.0, [2], 1)
+    rep.reserve(a)
+    rep.enqueue(b)
+    assert rep.ongoing == 2 and list(rep.waiting) == [b]
+    rep.enqueue(a)  # across its host path: counted once
+    assert (rep.ongoing, rep.routed_total, len(rep.waiting)) == (2, 2, 2)
+    c = mk(2, 0.0, [3], 1)
+    rep.reserve(c)
+    assert set(map(id, rep.kill_all())) == {id(a), id(b), id(c)} and rep.ongoing == 0
