@@ -44,3 +44,15 @@ def test_sim_over_live_pairs_only_the_policies_both_ran() -> None:
 def test_seed_ranges() -> None:
     assert seeds_of("0-9") == list(range(10))
     assert seeds_of("4") == [4]
+
+
+def test_p90_after_the_burst_skips_the_first_concurrency_requests() -> None:
+    import json
+
+    from bench.gpu_ab_table import p90_after_burst
+
+    lines = [json.dumps({"policy": "kvserve", "idx": i, "ttft_ms": 1000.0 if i < 4 else float(i), "ok": True})
+             for i in range(24)]
+    lines.append(json.dumps({"policy": "kvserve", "idx": 30, "ttft_ms": None, "ok": False}))
+    assert p90_after_burst(lines, 4) == {"kvserve": 22.0}  # 4..23: the 90th percentile of 20 values
+    assert p90_after_burst(lines, 0) == {"kvserve": 1000.0}
