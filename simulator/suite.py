@@ -157,12 +157,15 @@ def run_cell(cell: Cell, seed: int, autoscalers: tuple[str, ...] = AUTOSCALERS) 
     horizon = max((r.arrival for r in setup.workload.requests), default=0.0)
     _, need = oracle_replica_seconds(fixed, a.min_replicas, a.max_replicas, horizon)
     start, dt = setup.engine_start_s, setup.decision_interval_s
+    # A scaled-up replica serves after its engine starts and its pre-warm (at most warm_timeout_s): the
+    # hindsight bound asks that much ahead, so its replicas are up when the minute that needs them begins.
+    lead = start + (a.warm_timeout_s if a.warm_prefixes else 0.0)
     initial = a.initial_replicas if a.initial_replicas is not None else a.min_replicas
     # The hindsight bound's minute-0 replicas are up at t=0: started before it, their start-up paid.
     ahead = a.model_copy(update={"initial_replicas": max(need[0], initial)})
     scripts = {
         "causal_bound": (ZeroLagScript(need), a),
-        "hindsight_startup_bound": (HindsightStartup(need, start + dt), ahead),
+        "hindsight_startup_bound": (HindsightStartup(need, lead + dt), ahead),
         # Lag: one decision interval (the soonest a policy deciding every `decision_interval_s` acts on
         # a change), or the policy's observation window (`autoscaling.look_back_s`); then the config's
         # `autoscaling.upscale_delay_s` / `downscale_delay_s` gate.
@@ -177,14 +180,14 @@ def run_cell(cell: Cell, seed: int, autoscalers: tuple[str, ...] = AUTOSCALERS) 
                       max_queued=setup.cfg.server.max_queued_requests).run()
         rows[name] = _row(res, slo, fixed, a)
     h = rows["hindsight_startup_bound"]
-    h["replica_seconds"] += (ahead.initial_replicas - initial) * start
-    h["planned_replica_seconds"] = hindsight_replica_seconds(need, start, h["end_s"], initial)
+    h["replica_seconds"] += (ahead.initial_replicas - initial) * lead  # started (and warm budget paid) before t=0
+    h["planned_replica_seconds"] = hindsight_replica_seconds(need, lead, h["end_s"], initial)
     for name in autoscalers:
         rows[name] = _row(run_autoscaler(setup, name, "kvserve"), slo, fixed, a)
     for row in rows.values():
         row["causal_bound_attainment"] = rows["causal_bound"]["slo_attainment"]
     rows["_params"] = {**setup.workload.params, "profile": cell.profile, "kv_blocks_per_replica": setup.engine.kv_blocks,
-                       "block_tokens": setup.engine.block_size, "engine_start_s": start,
+                       "block_tokens": setup.engine.block_size, "engine_start_s": start, "hindsight_lead_s": lead + dt,
                        "oracle_replicas_per_minute": need, "lagged_causal_bound_lag_s": dt,
                        "lagged_window_bound_lag_s": a.look_back_s, "upscale_delay_s": a.upscale_delay_s,
                        "downscale_delay_s": a.downscale_delay_s}

@@ -10,6 +10,7 @@ import pytest
 
 from autoscaling.base import ScalingInput
 from cli.sim_suite import parse_seeds
+from kvserve.config import AutoscalingConfig
 from simulator import suite_workloads as sw
 from simulator.suite import ROW_KEYS, SUITE_KEYS, Cell, ZeroLagScript, run_cell, summarize, targets
 from simulator.workloads import TenantMix, constant_rate, generated
@@ -121,6 +122,9 @@ def test_a_cell_runs_every_autoscaler_against_every_bound():
         assert hs["replica_seconds"] >= hs["oracle_replica_seconds"] - 1e-6
         assert hs["replica_seconds"] >= hs["planned_replica_seconds"] - 1e-6
         assert rows["_params"]["lagged_causal_bound_lag_s"] == 1.0
+        # The hindsight bound starts replicas a start-up, the pre-warm budget and a decision interval ahead.
+        p = rows["_params"]
+        assert p["hindsight_lead_s"] == p["engine_start_s"] + AutoscalingConfig().warm_timeout_s + 1.0
         assert rows["_params"]["lagged_window_bound_lag_s"] == 30.0  # autoscaling.look_back_s
         assert lag["replica_seconds"] > 0 and "lagged_window_bound" in rows
         for name in ("serve_default", "kvserve"):
