@@ -27,9 +27,9 @@ class ReplicaCounters:
     waiting: int = 0
     running: int = 0
     cache_epoch: str | None = None  # bumped by a redeploy that empties the prefix caches
-    # The engine's side of TTFT (deployments.engine_stats): counts and sums in seconds.
     posted_at: float | None = None  # the replica's wall clock when it took these counters
     steps: int = 0
+    # The engine's side of TTFT (deployments.engine_stats): counts and sums in seconds.
     first_tokens: int = 0
     ttft_sum_s: float = 0.0
     finished: int = 0
