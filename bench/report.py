@@ -133,6 +133,31 @@ def comparison_table(runs: Sequence[PolicyRun], title: str = "kvserve bench") ->
     return table
 
 
+BREAKDOWN_LAYERS = (("client", "client"), ("ingress", "ingress"), ("engine (vLLM in the replica)", "engine"),
+                    ("  scheduler wait", "engine_queue"), ("  prefill", "engine_prefill"))
+
+
+def ttft_breakdown_table(runs: Sequence[PolicyRun]) -> Table | None:
+    """Where TTFT went, per policy: p50 / mean ms at each layer, outermost first (`ttft_breakdown_ms`);
+    None when no run has one (a server without kvserve's counters)."""
+    if not any(run.metrics.ttft_breakdown_ms for run in runs):
+        return None
+    table = Table(title="where TTFT goes", caption="p50 / mean ms; each layer's clock starts later than the one above")
+    table.add_column("layer", style="bold")
+    for run in runs:
+        table.add_column(run.policy, justify="right")
+
+    def cell(run: PolicyRun, key: str) -> str:
+        q = (run.metrics.ttft_breakdown_ms or {}).get(key) or {}
+        return " / ".join("-" if q.get(k) is None else f"{q[k]:.0f}" for k in ("p50", "mean"))
+
+    for header, key in BREAKDOWN_LAYERS:
+        table.add_row(header, *(cell(run, key) for run in runs))
+    table.add_row("engine step", *("-" if run.metrics.engine_step_ms is None else f"{run.metrics.engine_step_ms:.1f}"
+                                   for run in runs))
+    return table
+
+
 MAX_TENANT_ROWS = 8  # more tenants than this: the JSON has them, the terminal does not
 
 

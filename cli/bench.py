@@ -118,7 +118,7 @@ def bench(
     from bench.cluster_check import ClusterMismatch, wait_ready
     from bench.plots import plot_timeline, plot_ttft_cdf
     from bench.loop_lag import STARVED_MS
-    from bench.report import comparison_table, tenant_table, write_json, write_requests_jsonl
+    from bench.report import comparison_table, tenant_table, ttft_breakdown_table, write_json, write_requests_jsonl
     from bench.runner import ReplayOptions, default_deploy, run_policies
     from bench.tenant_slo import key_tenant, targets_of
     from kvserve.policy_params import SLOTargets
@@ -247,9 +247,9 @@ def bench(
             raise typer.Exit(2) from None
 
     console.print(comparison_table(runs, title=f"kvserve bench — {wl.name}, {len(wl.requests)} requests"))
-    per_tenant = tenant_table(runs, targets, sender)
-    if per_tenant is not None:
-        console.print(per_tenant)
+    for extra in (ttft_breakdown_table(runs), tenant_table(runs, targets, sender)):
+        if extra is not None:
+            console.print(extra)
     for run in runs:
         m = run.metrics
         if m.errors:

@@ -174,3 +174,21 @@ def test_timeline_buckets_per_second():
     assert rows[1].ttft_p90_ms == pytest.approx(200 + 0.9 * (700 - 200))  # first tokens at 101.2, 101.3
     assert [r.replicas for r in rows] == [1, 2, None, None]
     assert [r.inflight for r in rows] == [1, 1, 1, 0]
+
+
+def test_ttft_breakdown_table_shows_each_layer_per_policy():
+    from rich.console import Console
+
+    from bench.report import ttft_breakdown_table
+
+    plain, broken = _run("pow2", [100, 100]), _run("kvserve", [50, 50])
+    assert ttft_breakdown_table([plain]) is None  # no server counters: no table
+    layer = (lambda p50, mean: {"mean": mean, "p50": p50, "p90": None})
+    broken.metrics.ttft_breakdown_ms = {"client": layer(50.0, 61.0), "ingress": layer(45.0, 55.0),
+                                        "engine": layer(30.0, 40.0), "engine_queue": layer(None, None),
+                                        "engine_prefill": layer(20.0, 25.0)}
+    broken.metrics.engine_step_ms = 12.34
+    console = Console(width=250, record=True)
+    console.print(ttft_breakdown_table([plain, broken]))
+    text = console.export_text()
+    assert "50 / 61" in text and "20 / 25" in text and "12.3" in text and "- / -" in text
