@@ -156,6 +156,13 @@ class HistogramTotals:
     sum_s: float = 0.0
     buckets: tuple[tuple[float, float], ...] = field(default=(), compare=False)
 
+    def since(self, before: HistogramTotals | None) -> tuple[float, float]:
+        """(count, sum) over the run: self - before. A count that went backwards belongs to a restarted
+        ingress: count it from zero."""
+        if before is None or self.count < before.count:
+            return self.count, self.sum_s
+        return self.count - before.count, self.sum_s - before.sum_s
+
 
 ColdStarts = HistogramTotals  # `kvserve_cold_start_ttft_seconds`: requests held while no replica served
 INGRESS_TTFT = "kvserve_ttft_seconds"
@@ -201,7 +208,7 @@ def _ingress_layer(before: HistogramTotals | None, after: HistogramTotals | None
         return _summary(None, lambda q: None)
     if before is None or after.count < before.count:
         before = HistogramTotals()
-    n = after.count - before.count
+    n, total = after.since(before)
     was = dict(before.buckets)
     edges = [le for le, _ in after.buckets if le != float("inf")]
     cum = [c - was.get(le, 0.0) for le, c in after.buckets]
@@ -211,7 +218,7 @@ def _ingress_layer(before: HistogramTotals | None, after: HistogramTotals | None
         x = latency_hist.quantile(edges, counts, q) if edges else None
         return None if x is None else 1000.0 * x
 
-    return _summary(1000.0 * (after.sum_s - before.sum_s) / n if n else None, quantile_ms)
+    return _summary(1000.0 * total / n if n else None, quantile_ms)
 
 
 def ttft_breakdown_ms(client_ttfts_ms: Sequence[float], before: Snapshot, after: Snapshot,
@@ -236,10 +243,8 @@ def cold_start_delta(before: ColdStarts | None, after: ColdStarts | None) -> tup
     went backwards belongs to a restarted ingress: count it from zero."""
     if after is None:
         return None, None
-    if before is None or after.count < before.count:
-        before = ColdStarts()
-    n = after.count - before.count
-    return int(n), ((after.sum_s - before.sum_s) / n if n else None)
+    n, total = after.since(before)
+    return int(n), (total / n if n else None)
 
 
 def fetch_config_sync(base_url: str, headers: dict | None = None) -> dict:
