@@ -10,7 +10,9 @@ policies, the simulator's, and the targets of issue 29 (kvserve p90 <= 0.5x pow2
 <= 1.1x the partition bound; sim vs live p50/p90 within 25%), with the p90 ratios also past the first
 `concurrency` requests (a closed loop starts with that many at once on empty caches; `--live-requests`
 gives the live run's records for the same). `--also`: a run of the same engines at
-another concurrency, put beside its simulator (seed 0) under "other_loads".
+another concurrency, put beside its simulator (seed 0) under "other_loads". `--sim-requests N`: the
+simulator also at N requests ("simulator_longer"); with `--only-longer`, LIVE is a finished table and
+only that block is (re)computed.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ POLICIES = ("round_robin", "pow2", "ray_prefix", "kvserve")
 WITHIN = 0.25  # sim vs live, relative
 
 
-def sim_command(live: dict[str, Any], profile: Path, seed: int) -> list[str]:
+def sim_command(live: dict[str, Any], profile: Path, seed: int, requests: int | None = None) -> list[str]:
     w, policies = live["workload"], [p for p in POLICIES if p in live["policies"]]
     return ["kvserve", "sim", "--workload", w["workload"], "--replicas", str(len(POLICIES)), "--config", CONFIG,
             "--profile", str(profile), "--tenants", str(w["tenants"]), "--tenant-skew", w["tenant_skew"],
             "--system-tokens", str(w["system_tokens"]), "--question-tokens", str(w["question_tokens"]),
             "--output-tokens", str(w["output_tokens"]), "--concurrency", str(w["concurrency"]),
-            "--requests", str(w["requests"]), "--policies", ",".join(policies), "--partition-oracle", "20",
+            "--requests", str(requests or w["requests"]), "--policies", ",".join(policies), "--partition-oracle", "20",
             "--seed", str(seed)]
 
 
@@ -94,6 +96,18 @@ def seeds_of(text: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
+def longer(live: dict[str, Any], profile: Path, seeds: str, requests: int) -> dict[str, Any]:
+    """The simulator of the same workload at `requests` (medians over `seeds`): how much of the p90 ratio to
+    the partition bound is the opening burst, which weighs concurrency / requests of the run."""
+    burst = live["workload"]["concurrency"]
+    runs = [summary(run_sim(sim_command(live, profile, s, requests), burst)) for s in seeds_of(seeds)]
+    medians = {name: {k: round(statistics.median(r[name][k] for r in runs), 3) for k in runs[0][name]}
+               for name in runs[0]}
+    return {"requests": requests, "command": " ".join(sim_command(live, profile, 0, requests)[:-1]) + " S",
+            "seeds": seeds, "medians": medians,
+            "kvserve_p90_over_partition_bound_per_seed": [r["kvserve"]["p90_over_partition_bound"] for r in runs]}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("live", type=Path)
@@ -106,8 +120,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", default="0-9")
     ap.add_argument("--live-requests", type=Path, help="the live run's --requests-jsonl, gzipped (p90 after the burst)")
     ap.add_argument("--also", type=Path, action="append", default=[], help="a live run at another concurrency")
+    ap.add_argument("--sim-requests", type=int, help="also simulate the workload at this many requests (seeds' medians)")
+    ap.add_argument("--only-longer", action="store_true",
+                    help="LIVE is a table this tool wrote: add or replace its --sim-requests block, keep the rest")
     a = ap.parse_args(argv)
     live = json.loads(a.live.read_text())
+    if a.only_longer:
+        if not a.sim_requests:
+            ap.error("--only-longer needs --sim-requests")
+        live["simulator_longer"] = longer(live, a.profile, a.seeds, a.sim_requests)
+        a.out.write_text(json.dumps(live, indent=1) + "\n")
+        print(json.dumps(live["simulator_longer"]["medians"]["kvserve"], indent=1))
+        return
     burst = live["workload"]["concurrency"]
     per_seed = {s: summary(run_sim(sim_command(live, a.profile, s), burst)) for s in seeds_of(a.seeds)}
     medians = {name: {k: round(statistics.median(per_seed[s][name][k] for s in per_seed), 3)
@@ -146,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
             "sim_vs_live_pairs": 2 * len(sim_vs_live),
         },
         "other_loads": others,
+        **({"simulator_longer": longer(live, a.profile, a.seeds, a.sim_requests)} if a.sim_requests else {}),
     }
     a.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out["targets"], indent=1))

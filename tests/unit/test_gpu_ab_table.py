@@ -24,6 +24,9 @@ def test_sim_command_replays_the_live_workload() -> None:
     flags = dict(zip(cmd[2::2], cmd[3::2]))
     assert flags["--tenants"] == "32" and flags["--system-tokens"] == "2000" and flags["--concurrency"] == "64"
     assert flags["--policies"] == ",".join(POLICIES) and flags["--seed"] == "3" and flags["--profile"] == "p.json"
+    assert flags["--requests"] == "600"
+    longer = dict(zip(*(lambda c: (c[2::2], c[3::2]))(sim_command(live, Path("p.json"), 3, 1200))))
+    assert longer == {**flags, "--requests": "1200"}
 
 
 def test_sim_command_runs_the_policies_the_live_run_had() -> None:
