@@ -235,7 +235,7 @@ bench-gpu:
 	@echo "bench-gpu runs on a GPU machine, not here. There, with the offline kit installed (../shared/gpu/README.md):"
 	@echo "  bash bench/gpu_tables.sh overhead OUT    # -> OUT/gpu-overhead.json  (docs/results/gpu-overhead.json)"
 	@echo "  bash bench/gpu_tables.sh profile OUT     # -> OUT/gpu-profile.json (kvserve/profiles/h100-vllm0.24-llama8b-share0.25.json)"
-	@echo "  CONCURRENCY='64 16' POLICIES_AFTER=kvserve,pow2 bash bench/gpu_tables.sh router-ab OUT"
+	@echo "  CONCURRENCY='64 16' POLICIES_AFTER=kvserve,pow2 REQUESTS_AFTER=600 bash bench/gpu_tables.sh router-ab OUT"
 	@echo "    # -> OUT/gpu-router-ab.json (c64) and OUT/gpu-router-ab-c16.json; then here, the host path and the simulator beside it:"
 	@echo "    python -m bench.host_fit PROFILE OUT/gpu-router-ab.json OUT/gpu-router-ab-c16.json"
 	@echo "    python -m bench.gpu_ab_table OUT/gpu-router-ab.json PROFILE docs/results/gpu-router-ab.json --also OUT/gpu-router-ab-c16.json --device D --vllm V --command C"

@@ -96,15 +96,19 @@ def seeds_of(text: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
+def medians_of(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per policy and field, the median over the seeds' `summary`s."""
+    return {name: {k: round(statistics.median(r[name][k] for r in runs), 3) for k in runs[0][name]}
+            for name in runs[0]}
+
+
 def longer(live: dict[str, Any], profile: Path, seeds: str, requests: int) -> dict[str, Any]:
     """The simulator of the same workload at `requests` (medians over `seeds`): how much of the p90 ratio to
     the partition bound is the opening burst, which weighs concurrency / requests of the run."""
     burst = live["workload"]["concurrency"]
     runs = [summary(run_sim(sim_command(live, profile, s, requests), burst)) for s in seeds_of(seeds)]
-    medians = {name: {k: round(statistics.median(r[name][k] for r in runs), 3) for k in runs[0][name]}
-               for name in runs[0]}
     return {"requests": requests, "command": " ".join(sim_command(live, profile, 0, requests)[:-1]) + " S",
-            "seeds": seeds, "medians": medians,
+            "seeds": seeds, "medians": medians_of(runs),
             "kvserve_p90_over_partition_bound_per_seed": [r["kvserve"]["p90_over_partition_bound"] for r in runs]}
 
 
@@ -133,10 +137,9 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(live["simulator_longer"]["medians"]["kvserve"], indent=1))
         return
     burst = live["workload"]["concurrency"]
-    per_seed = {s: summary(run_sim(sim_command(live, a.profile, s), burst)) for s in seeds_of(a.seeds)}
-    medians = {name: {k: round(statistics.median(per_seed[s][name][k] for s in per_seed), 3)
-                      for k in per_seed[0][name]} for name in per_seed[0]}
-    seed0 = per_seed[0]
+    runs = [summary(run_sim(sim_command(live, a.profile, s), burst)) for s in seeds_of(a.seeds)]
+    medians = medians_of(runs)
+    seed0 = runs[0]
     lp = live["policies"]
     sim_vs_live = over_live(seed0, lp)
     others = {}

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from bench.gpu_ab_table import POLICIES, seeds_of, sim_command, summary
+from bench.gpu_ab_table import POLICIES, medians_of, seeds_of, sim_command, summary
 
 
 def _policy(p50: float, p90: float) -> dict[str, float]:
@@ -59,3 +59,8 @@ def test_p90_after_the_burst_skips_the_first_concurrency_requests() -> None:
     lines.append(json.dumps({"policy": "kvserve", "idx": 30, "ttft_ms": None, "ok": False}))
     assert p90_after_burst(lines, 4) == {"kvserve": 22.0}  # 4..23: the 90th percentile of 20 values
     assert p90_after_burst(lines, 0) == {"kvserve": 1000.0}
+
+
+def test_medians_are_per_policy_and_field_over_the_seeds() -> None:
+    runs = [{"kvserve": {"ttft_p90_ms": v, "p90_over_partition_bound": v / 100}} for v in (300.0, 500.0, 400.0)]
+    assert medians_of(runs) == {"kvserve": {"ttft_p90_ms": 400.0, "p90_over_partition_bound": 4.0}}
