@@ -12,7 +12,8 @@ policies, the simulator's, and the targets of issue 29 (kvserve p90 <= 0.5x pow2
 gives the live run's records for the same). `--also`: a run of the same engines at
 another concurrency, put beside its simulator (seed 0) under "other_loads". `--sim-requests N`: the
 simulator also at N requests ("simulator_longer"); with `--only-longer`, LIVE is a finished table and
-only that block is (re)computed.
+only that block is (re)computed; `--live-longer` (repeatable) puts live runs at N requests beside it, with
+the targets against the simulator's seed-0 partition bound at N.
 """
 
 from __future__ import annotations
@@ -102,14 +103,42 @@ def medians_of(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, f
             for name in runs[0]}
 
 
-def longer(live: dict[str, Any], profile: Path, seeds: str, requests: int) -> dict[str, Any]:
+def longer(live: dict[str, Any], profile: Path, seeds: str, requests: int,
+           live_runs: list[dict[str, Any]] | None = None, live_command: str = "") -> dict[str, Any]:
     """The simulator of the same workload at `requests` (medians over `seeds`): how much of the p90 ratio to
-    the partition bound is the opening burst, which weighs concurrency / requests of the run."""
+    the partition bound is the opening burst, which weighs concurrency / requests of the run. `live_runs`:
+    live bench JSONs of that workload at `requests` (their seed, 0, is the simulator's seed 0)."""
     burst = live["workload"]["concurrency"]
-    runs = [summary(run_sim(sim_command(live, profile, s, requests), burst)) for s in seeds_of(seeds)]
-    return {"requests": requests, "command": " ".join(sim_command(live, profile, 0, requests)[:-1]) + " S",
-            "seeds": seeds, "medians": medians_of(runs),
-            "kvserve_p90_over_partition_bound_per_seed": [r["kvserve"]["p90_over_partition_bound"] for r in runs]}
+    by_seed = {s: summary(run_sim(sim_command(live, profile, s, requests), burst)) for s in seeds_of(seeds)}
+    runs = list(by_seed.values())
+    out = {"requests": requests, "command": " ".join(sim_command(live, profile, 0, requests)[:-1]) + " S",
+           "seeds": seeds, "medians": medians_of(runs),
+           "kvserve_p90_over_partition_bound_per_seed": [r["kvserve"]["p90_over_partition_bound"] for r in runs]}
+    if live_runs:
+        if any(r["workload"]["requests"] != requests for r in live_runs) or 0 not in by_seed:
+            raise SystemExit(f"--live-longer needs live runs of {requests} requests and seed 0 among --seeds")
+        out["live"], out["live_targets"] = live_beside(by_seed[0], live_runs, live_command)
+    return out
+
+
+def live_beside(seed0: dict[str, Any], runs: list[dict[str, Any]], command: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Live runs beside the simulator's seed 0 of the same workload: each policy as its first run measured
+    it, and the targets with kvserve's p90 from every run that had it (a repeat shows the run-to-run spread)."""
+    policies: dict[str, Any] = {}
+    for r in runs:
+        for name, p in r["policies"].items():
+            policies.setdefault(name, p)
+    bound = seed0["partition_oracle"]["ttft_p90_ms"]
+    kv = [r["policies"]["kvserve"]["ttft_p90_ms"] for r in runs if "kvserve" in r["policies"]]
+    targets = {
+        "sim_partition_bound_p90_ms_seed0": bound,
+        "kvserve_live_p90_ms_runs": [round(v, 1) for v in kv],
+        "kvserve_live_p90_over_sim_partition_bound_runs": [round(v / bound, 3) for v in kv],
+        **({"kvserve_p90_over_pow2_live": round(policies["kvserve"]["ttft_p90_ms"] / policies["pow2"]["ttft_p90_ms"], 3)}
+           if "pow2" in policies and "kvserve" in policies else {}),
+    }
+    return {"command": command, "runs": len(runs), "policies": policies,
+            "sim_over_live": over_live(seed0, policies)}, targets
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -125,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--live-requests", type=Path, help="the live run's --requests-jsonl, gzipped (p90 after the burst)")
     ap.add_argument("--also", type=Path, action="append", default=[], help="a live run at another concurrency")
     ap.add_argument("--sim-requests", type=int, help="also simulate the workload at this many requests (seeds' medians)")
+    ap.add_argument("--live-longer", type=Path, action="append", default=[],
+                    help="with --only-longer: a live run at --sim-requests requests (repeatable; --command is theirs)")
     ap.add_argument("--only-longer", action="store_true",
                     help="LIVE is a table this tool wrote: add or replace its --sim-requests block, keep the rest")
     a = ap.parse_args(argv)
@@ -132,9 +163,11 @@ def main(argv: list[str] | None = None) -> None:
     if a.only_longer:
         if not a.sim_requests:
             ap.error("--only-longer needs --sim-requests")
-        live["simulator_longer"] = longer(live, a.profile, a.seeds, a.sim_requests)
+        runs = [json.loads(f.read_text()) for f in a.live_longer]
+        live["simulator_longer"] = longer(live, a.profile, a.seeds, a.sim_requests, runs, a.command)
         a.out.write_text(json.dumps(live, indent=1) + "\n")
-        print(json.dumps(live["simulator_longer"]["medians"]["kvserve"], indent=1))
+        block = live["simulator_longer"]
+        print(json.dumps(block.get("live_targets", block["medians"]["kvserve"]), indent=1))
         return
     burst = live["workload"]["concurrency"]
     runs = [summary(run_sim(sim_command(live, a.profile, s), burst)) for s in seeds_of(a.seeds)]
