@@ -9,8 +9,9 @@ The recent rate (last few seconds) sees a step at once, but a few seconds of Poi
 reason to add a replica: it counts only when it is more than the fleet can serve at all. The ramp
 forecast is a least-squares line through the last `trend_fit_s` of recent-rate samples (one per
 `SAMPLE_S`: disjoint, so independent Poisson estimates), read one start-up plus the upscale delay
-ahead; it counts only when the slope is `trend_z` standard errors above zero and the line fits
-(a step or a burst leaves residuals far above Poisson noise). Samples taken while the routers'
+ahead; it counts only when the slope is `trend_z` standard errors above zero, the line fits (a step
+or a burst leaves residuals far above Poisson noise) and no step fits clearly better (at a few
+requests/s a step's samples can fit a line within the noise: a two-level fit tells it apart). Samples taken while the routers'
 queue grows are left out: replicas then count what they admit, not what arrives; while the newest
 is left out there is no forecast (a line through older samples would be read across the gap). Requests held
 at the routers reach no replica's window: their queue's growth counts as arrivals, the queue
@@ -70,6 +71,17 @@ class CapacityModel:
         return rate * self.per_replica(sig, slo).service_ms / 1000.0
 
 
+def _step_sse(pts: list[tuple[float, float]]) -> float:
+    """Squared residuals of the best two-level fit (one level before a change point, one after)."""
+    ys = [y for _, y in pts]
+    best = math.inf
+    for k in range(1, len(ys)):
+        a, b = ys[:k], ys[k:]
+        ma, mb = sum(a) / len(a), sum(b) / len(b)
+        best = min(best, sum((y - ma) ** 2 for y in a) + sum((y - mb) ** 2 for y in b))
+    return best
+
+
 class Arrivals:
     """The fleet's history the forecast needs: recent-rate samples, the routers' queue, start-up
     time of the replicas asked for, and when the serving count last rose. Plain-data state."""
@@ -127,9 +139,9 @@ class Arrivals:
         z = self.cfg.trend_z
         if slope <= z * math.sqrt(var / sxx):
             return None
-        chi2 = sum((y - y_mean - slope * (t - t_mean)) ** 2 for t, y in pts) / var
-        if chi2 > n - 2 + z * math.sqrt(2.0 * (n - 2)):
-            return None
+        sse = sum((y - y_mean - slope * (t - t_mean)) ** 2 for t, y in pts)
+        if sse / var > n - 2 + z * math.sqrt(2.0 * (n - 2)) or (sse - _step_sse(pts)) / var > z * z:
+            return None  # no line, or a step fits the samples clearly better (z standard errors of likelihood)
         return y_mean + slope * (now - t_mean), slope
 
     def ramp_rate(self, fit: tuple[float, float] | None, queued: float) -> float:

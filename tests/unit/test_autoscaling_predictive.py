@@ -128,6 +128,23 @@ def test_a_step_is_not_extrapolated():
     assert _slope(policy, float(len(rates) - 1)) == 0.0
 
 
+def _forecasts(rate_at, seeds: int) -> int:  # type: ignore[no-untyped-def]
+    """Of `seeds` independent minutes of Poisson arrivals at `rate_at(t)`, how many end with a ramp forecast."""
+    n = 0
+    for seed in range(seeds):
+        policy = SLOAutoscaler(cfg().params(), SLO.params(), PROFILE)
+        _feed(policy, [rate_at(t) for t in range(61)], 1, _poisson_rates(rate_at, 61, seed))
+        n += _slope(policy, 60.0) > 0
+    return n
+
+
+def test_a_noisy_step_is_mostly_told_from_a_ramp():
+    """At a few requests/s a step's samples can fit a line within Poisson noise; a two-level fit that is
+    clearly better (z standard errors) says step, so no forecast. A ramp over the same range is still seen."""
+    assert _forecasts(lambda t: 1.0 if t < 40 else 3.0, 200) <= 100  # a line alone: 129 of 200
+    assert _forecasts(lambda t: 1.0 + 3.0 * t / 60, 200) >= 170  # 185 of 200 (a line alone: 190)
+
+
 def test_flat_poisson_loads_rarely_read_as_ramps():
     """Over 200 independent minutes of a flat Poisson load, a significant, fitting rise is rare:
     the false-alarm rate of a 2.5-sigma one-sided test is ~0.6%."""
