@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--device", required=True, help="the card the live run and the profile ran on")
     ap.add_argument("--vllm", required=True, help="vLLM version on that card")
-    ap.add_argument("--command", required=True, help="the command that produced LIVE.json")
+    ap.add_argument("--command", required=True,
+                    help="the command that produced LIVE.json (with --only-longer: the --live-longer runs')")
     ap.add_argument("--date", default=datetime.date.today().isoformat())
     ap.add_argument("--seeds", default="0-9")
     ap.add_argument("--live-requests", type=Path, help="the live run's --requests-jsonl, gzipped (p90 after the burst)")
