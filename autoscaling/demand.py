@@ -11,11 +11,11 @@ forecast is a least-squares line through the last `trend_fit_s` of recent-rate s
 `SAMPLE_S`: disjoint, so independent Poisson estimates), read one start-up plus the upscale delay
 ahead; it counts only when the slope is `trend_z` standard errors above zero, the line fits (a step
 or a burst leaves residuals far above Poisson noise) and no step fits clearly better (at a few
-requests/s a step's samples can fit a line within the noise: a two-level fit tells it apart). Samples taken while the routers'
-queue grows are left out: replicas then count what they admit, not what arrives; while the newest
-is left out there is no forecast (a line through older samples would be read across the gap). Requests held
-at the routers reach no replica's window: their queue's growth counts as arrivals, the queue
-itself as work to drain within `look_back_s`.
+requests/s a step's samples can fit a line within the noise: a two-level fit tells it apart).
+Samples taken while the routers' queue grows are left out: replicas then count what they admit, not
+what arrives; while the newest is left out there is no forecast (a line through older samples would
+be read across the gap). Requests held at the routers reach no replica's window: their queue's
+growth counts as arrivals, the queue itself as work to drain within `look_back_s`.
 """
 
 from __future__ import annotations
