@@ -145,6 +145,19 @@ def test_a_noisy_step_is_mostly_told_from_a_ramp():
     assert _forecasts(lambda t: 1.0 + 3.0 * t / 60, 200) >= 170  # 185 of 200 (a line alone: 190)
 
 
+@settings(max_examples=60, deadline=None)
+@given(ys=st.lists(st.floats(0, 100), min_size=2, max_size=24), k=st.integers(1, 23), a=st.floats(0, 50),
+       b=st.floats(0, 50))
+def test_the_two_level_fit_is_never_worse_than_one_level_and_exact_on_a_step(ys, k, a, b):
+    from autoscaling.demand import _step_sse
+
+    pts = [(5.0 * i, y) for i, y in enumerate(ys)]
+    mean = sum(ys) / len(ys)
+    assert _step_sse(pts) <= sum((y - mean) ** 2 for y in ys) + 1e-6
+    k = min(k, len(ys) - 1)
+    assert _step_sse([(5.0 * i, a if i < k else b) for i in range(len(ys))]) < 1e-6
+
+
 def test_flat_poisson_loads_rarely_read_as_ramps():
     """Over 200 independent minutes of a flat Poisson load, a significant, fitting rise is rare:
     the false-alarm rate of a 2.5-sigma one-sided test is ~0.6%."""
