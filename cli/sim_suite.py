@@ -18,17 +18,12 @@ TARGETS = (("attainment_vs_causal", "attainment", ""), ("cost_vs_oracle", "cost"
 
 def parse_seeds(spec: str) -> list[int]:
     """'0-9', '3', '0,2,5-7' -> sorted seeds."""
-    out: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.update(range(int(lo), int(hi) + 1))
-        elif part:
-            out.add(int(part))
-    if not out:
-        raise typer.BadParameter(f"no seeds in {spec!r}", param_hint="--seeds")
-    return sorted(out)
+    from simulator.suite import seed_list
+
+    try:
+        return seed_list(spec)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--seeds") from e
 
 
 def _f(v: Any, fmt: str = ".3f") -> str:

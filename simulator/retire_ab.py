@@ -26,6 +26,7 @@ from router.block_hash import chain_hashes
 from simulator.engine import EngineSettings, SimRequest, blocks_for
 from simulator.metrics import prefix_hit_rate, slo_attainment
 from simulator.runner import PACKAGED_PROFILE, SimSetup, default_kv_blocks, router_config_for, run_autoscaler
+from simulator.suite import seed_list
 from simulator.workloads import (PromptTokens, SimWorkload, TenantMix, generated, load_trace, poisson_times,
                                  step_rate)
 
@@ -175,11 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warm-min-requests", type=float, default=None, help="Default: autoscaling.warm_min_requests.")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    if "-" in args.seeds:
-        lo, hi = (int(x) for x in args.seeds.split("-"))
-        seeds = list(range(lo, hi + 1))
-    else:
-        seeds = [int(x) for x in args.seeds.split(",")]
+    seeds = seed_list(args.seeds)
     # File names only: a result file names no machine's paths.
     params = {k: (Path(v).name if k in ("profile", "trace", "json") and v else v) for k, v in vars(args).items()}
     out: dict[str, Any] = {"params": params, "workloads": {}}

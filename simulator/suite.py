@@ -26,12 +26,12 @@ from typing import Any, ClassVar
 
 import kvserve.profiles
 from autoscaling.base import Decision, ScalingInput, ScalingPolicy
-from kvserve.config import KVServeConfig
+from kvserve.config import AutoscalingConfig, KVServeConfig
 from kvserve.perf_model import EngineProfile
 from router.registry import make_policy
 from simulator import suite_workloads as sw
 from simulator.bounds import HindsightStartup, LaggedScript, hindsight_replica_seconds, newreplica_hit_bound
-from simulator.cluster import NEW_REPLICA_WINDOW_S, Cluster, ScalingSetup
+from simulator.cluster import NEW_REPLICA_WINDOW_S, Cluster, RunResult, ScalingSetup
 from simulator.engine import EngineSettings
 from simulator.metrics import MINUTE_S, prefix_hit_rate, scale_up_window, slo_attainment
 from simulator.oracle import oracle_replica_seconds, per_minute_ok
@@ -54,6 +54,21 @@ NEW_REPLICA_S = NEW_REPLICA_WINDOW_S  # `newreplica_hit_rate`: requests a replic
 DURATION_S = 360.0  # 6 minutes per run: six attainment points; the whole suite fits ~10 min on 2 cores
 MAX_REPLICAS = 8
 TRACE_NAME = "mooncake_synthetic_trace.jsonl"
+
+
+def seed_list(spec: str) -> list[int]:
+    """'0-9', '3', '0,2,5-7' -> sorted seeds; ValueError when none."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1))
+        elif part:
+            out.add(int(part))
+    if not out:
+        raise ValueError(f"no seeds in {spec!r}")
+    return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -126,7 +141,7 @@ class ZeroLagScript(ScalingPolicy):
         return Decision(self.per_minute[m], f"oracle minute {m}")
 
 
-def _setup(cell: Cell, seed: int) -> SimSetup:
+def cell_setup(cell: Cell, seed: int) -> SimSetup:
     raw = json.loads((PROFILES / cell.profile).read_text())
     prof = EngineProfile.from_dict(raw, source=cell.profile)
     wl = cell.build(seed)
@@ -142,9 +157,8 @@ def _setup(cell: Cell, seed: int) -> SimSetup:
     return SimSetup(wl, prof, engine, cfg, MAX_REPLICAS, seed, float(raw.get("engine_start_s", 30.0)), 1.0)
 
 
-def run_cell(cell: Cell, seed: int, autoscalers: tuple[str, ...] = AUTOSCALERS) -> dict[str, Any]:
-    """One cell, one seed: {autoscaler: row} plus the causal bound's row."""
-    setup = _setup(cell, seed)
+def oracle_need(setup: SimSetup) -> tuple[Callable[[int], dict[int, bool]], list[int]]:
+    """The oracle's replicas per minute, and the memoized fixed-count runs (minute -> SLO met) behind them."""
     slo, a = setup.cfg.slo, setup.cfg.autoscaling
     fixed_ok: dict[int, dict[int, bool]] = {}
 
@@ -156,6 +170,23 @@ def run_cell(cell: Cell, seed: int, autoscalers: tuple[str, ...] = AUTOSCALERS) 
 
     horizon = max((r.arrival for r in setup.workload.requests), default=0.0)
     _, need = oracle_replica_seconds(fixed, a.min_replicas, a.max_replicas, horizon)
+    return fixed, need
+
+
+def run_script(setup: SimSetup, script: ScalingPolicy, cfg: AutoscalingConfig, name: str) -> RunResult:
+    """A scripted bound, closed loop on the cell's cluster (kvserve routing, real start-up)."""
+    return Cluster(setup.workload, setup.profile, setup.engine, make_policy("kvserve", setup.cfg.router.params(), setup.seed),
+                   replicas=0, router_cfg=setup.cfg.router,
+                   scaling=ScalingSetup(script, cfg, setup.engine_start_s, setup.decision_interval_s), name=name,
+                   max_ongoing=setup.cfg.server.max_ongoing_requests,
+                   max_queued=setup.cfg.server.max_queued_requests).run()
+
+
+def run_cell(cell: Cell, seed: int, autoscalers: tuple[str, ...] = AUTOSCALERS) -> dict[str, Any]:
+    """One cell, one seed: {autoscaler: row} plus the causal bound's row."""
+    setup = cell_setup(cell, seed)
+    slo, a = setup.cfg.slo, setup.cfg.autoscaling
+    fixed, need = oracle_need(setup)
     start, dt = setup.engine_start_s, setup.decision_interval_s
     # A scaled-up replica serves after its engine starts and its pre-warm (at most warm_timeout_s): the
     # hindsight bound asks that much ahead, so its replicas are up when the minute that needs them begins.
@@ -174,11 +205,7 @@ def run_cell(cell: Cell, seed: int, autoscalers: tuple[str, ...] = AUTOSCALERS) 
     }
     rows: dict[str, Any] = {}
     for name, (script, cfg) in scripts.items():
-        res = Cluster(setup.workload, setup.profile, setup.engine, make_policy("kvserve", setup.cfg.router.params(), seed),
-                      replicas=0, router_cfg=setup.cfg.router, scaling=ScalingSetup(script, cfg, start, dt), name=name,
-                      max_ongoing=setup.cfg.server.max_ongoing_requests,
-                      max_queued=setup.cfg.server.max_queued_requests).run()
-        rows[name] = _row(res, slo, fixed, a)
+        rows[name] = _row(run_script(setup, script, cfg, name), slo, fixed, a)
     h = rows["hindsight_startup_bound"]
     h["replica_seconds"] += (ahead.initial_replicas - initial) * lead  # started (and warm budget paid) before t=0
     h["planned_replica_seconds"] = hindsight_replica_seconds(need, lead, h["end_s"], initial)

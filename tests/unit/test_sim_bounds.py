@@ -126,13 +126,13 @@ def test_newreplica_hit_bound_is_the_fleets_cache_over_the_fleets_hit_in_the_sam
 
 def test_the_cluster_records_the_fleets_cache_for_new_replicas_first_minute_only():
     from simulator import suite_workloads as sw
-    from simulator.suite import Cell, _setup
+    from simulator.suite import Cell, cell_setup
     from simulator.workloads import TenantMix, generated
 
     mix = TenantMix(tenants=4, system_tokens=512, question_tokens=1024, output_tokens=32)
     cell = Cell("step", "tiny", "cpu-smollm2-135m.json",
                 lambda seed: generated("step", mix, sw.BLOCK, rate=0.5, phase_s=60.0, seed=seed))
-    setup = _setup(cell, 0)
+    setup = cell_setup(cell, 0)
     a = KVServeConfig.model_validate({"autoscaling": {"enabled": True, "min_replicas": 1, "max_replicas": 4}}).autoscaling
     res = Cluster(setup.workload, setup.profile, setup.engine, make_policy("kvserve", setup.cfg.router.params(), 0),
                   replicas=0, router_cfg=setup.cfg.router, scaling=ScalingSetup(HindsightStartup([1, 3, 2], 10.0), a, 5.0),
