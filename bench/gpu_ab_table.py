@@ -123,7 +123,8 @@ def longer(live: dict[str, Any], profile: Path, seeds: str, requests: int,
 
 def live_beside(seed0: dict[str, Any], runs: list[dict[str, Any]], command: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Live runs beside the simulator's seed 0 of the same workload: each policy as its first run measured
-    it, and the targets with kvserve's p90 from every run that had it (a repeat shows the run-to-run spread)."""
+    it, every run's TTFT p50 and p90 per policy, and the targets with kvserve's p90 from every run that had
+    it (a repeat shows the run-to-run spread)."""
     policies: dict[str, Any] = {}
     for r in runs:
         for name, p in r["policies"].items():
@@ -137,7 +138,12 @@ def live_beside(seed0: dict[str, Any], runs: list[dict[str, Any]], command: str)
         **({"kvserve_p90_over_pow2_live": round(policies["kvserve"]["ttft_p90_ms"] / policies["pow2"]["ttft_p90_ms"], 3)}
            if "pow2" in policies and "kvserve" in policies else {}),
     }
+    p50s = {name: [round(r["policies"][name]["ttft_p50_ms"], 1) for r in runs if name in r["policies"]]
+              for name in policies}
+    p90s = {name: [round(r["policies"][name]["ttft_p90_ms"], 1) for r in runs if name in r["policies"]]
+            for name in policies}
     return {"command": command, "runs": len(runs), "policies": policies,
+            "ttft_ms_runs": {name: {"p50": p50s[name], "p90": p90s[name]} for name in policies},
             "sim_over_live": over_live(seed0, policies)}, targets
 
 

@@ -66,7 +66,7 @@ def test_medians_are_per_policy_and_field_over_the_seeds() -> None:
     assert medians_of(runs) == {"kvserve": {"ttft_p90_ms": 400.0, "p90_over_partition_bound": 4.0}}
 
 
-def test_live_runs_beside_the_simulator_keep_each_policy_first_run_and_every_kvserve_p90() -> None:
+def test_live_runs_beside_the_simulator_keep_each_policy_first_run_and_every_run_ttft() -> None:
     from bench.gpu_ab_table import live_beside
 
     seed0 = {"kvserve": _policy(200, 350), "pow2": _policy(600, 1700), "partition_oracle": _policy(190, 400)}
@@ -75,5 +75,7 @@ def test_live_runs_beside_the_simulator_keep_each_policy_first_run_and_every_kvs
     live, targets = live_beside(seed0, [first, second], "cmd")
     assert live["policies"]["kvserve"]["ttft_p90_ms"] == 440 and set(live["policies"]) == {"kvserve", "pow2", "ray_prefix"}
     assert targets["kvserve_live_p90_over_sim_partition_bound_runs"] == [1.1, 1.0]
+    assert live["ttft_ms_runs"]["kvserve"] == {"p50": [150, 160], "p90": [440, 400]}
+    assert live["ttft_ms_runs"]["ray_prefix"] == {"p50": [210], "p90": [420]}
     assert targets["kvserve_p90_over_pow2_live"] == 0.2
     assert live["sim_over_live"] == {"pow2": {"p50": 0.857, "p90": 0.773}, "kvserve": {"p50": 1.333, "p90": 0.795}}
