@@ -160,7 +160,7 @@ bench-sim-autoscaling sim-autoscaling-suite: install
 	  --json $(RESULTS)/autoscaling-suite.json
 
 # How late each suite cell lets a policy learn a minute's need (the oracle's counts asked L s late, ungated):
-# the attainment misses' bound under the upscale delay (docs/AUTOSCALING.md, ~4 min).
+# the attainment misses' bound under the upscale delay (docs/AUTOSCALING.md, ~7 min on one core).
 bench-sim-reaction: install
 	$(BIN)/python -m simulator.reaction_budget --cells all --lags 0,6,10,12,16,20,30 --seeds 0-9 --tune-seeds 0-4 \
 	  --trace $(TRACE) --json $(RESULTS)/autoscaling-reaction-budget.json

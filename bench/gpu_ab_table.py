@@ -139,7 +139,7 @@ def live_beside(seed0: dict[str, Any], runs: list[dict[str, Any]], command: str)
            if "pow2" in policies and "kvserve" in policies else {}),
     }
     p50s = {name: [round(r["policies"][name]["ttft_p50_ms"], 1) for r in runs if name in r["policies"]]
-              for name in policies}
+            for name in policies}
     p90s = {name: [round(r["policies"][name]["ttft_p90_ms"], 1) for r in runs if name in r["policies"]]
             for name in policies}
     return {"command": command, "runs": len(runs), "policies": policies,
