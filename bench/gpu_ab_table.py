@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simulator.suite import seed_list
+
 CONFIG = "bench/configs/gpu-8b-4replicas.yaml"
 POLICIES = ("round_robin", "pow2", "ray_prefix", "kvserve")
 WITHIN = 0.25  # sim vs live, relative
@@ -92,11 +94,6 @@ def over_live(sim: dict[str, Any], live: dict[str, Any]) -> dict[str, dict[str, 
             for name in POLICIES if name in live and name in sim}
 
 
-def seeds_of(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def medians_of(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Per policy and field, the median over the seeds' `summary`s."""
     return {name: {k: round(statistics.median(r[name][k] for r in runs), 3) for k in runs[0][name]}
@@ -109,7 +106,7 @@ def longer(live: dict[str, Any], profile: Path, seeds: str, requests: int,
     the partition bound is the opening burst, which weighs concurrency / requests of the run. `live_runs`:
     live bench JSONs of that workload at `requests` (their seed, 0, is the simulator's seed 0)."""
     burst = live["workload"]["concurrency"]
-    by_seed = {s: summary(run_sim(sim_command(live, profile, s, requests), burst)) for s in seeds_of(seeds)}
+    by_seed = {s: summary(run_sim(sim_command(live, profile, s, requests), burst)) for s in seed_list(seeds)}
     runs = list(by_seed.values())
     out = {"requests": requests, "command": " ".join(sim_command(live, profile, 0, requests)[:-1]) + " S",
            "seeds": seeds, "medians": medians_of(runs),
@@ -177,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(block.get("live_targets", block["medians"]["kvserve"]), indent=1))
         return
     burst = live["workload"]["concurrency"]
-    runs = [summary(run_sim(sim_command(live, a.profile, s), burst)) for s in seeds_of(a.seeds)]
+    runs = [summary(run_sim(sim_command(live, a.profile, s), burst)) for s in seed_list(a.seeds)]
     medians = medians_of(runs)
     seed0 = runs[0]
     lp = live["policies"]

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from bench.gpu_ab_table import POLICIES, medians_of, seeds_of, sim_command, summary
+from bench.gpu_ab_table import POLICIES, medians_of, sim_command, summary
 
 
 def _policy(p50: float, p90: float) -> dict[str, float]:
@@ -45,8 +45,10 @@ def test_sim_over_live_pairs_only_the_policies_both_ran() -> None:
 
 
 def test_seed_ranges() -> None:
-    assert seeds_of("0-9") == list(range(10))
-    assert seeds_of("4") == [4]
+    from simulator.suite import seed_list
+
+    assert seed_list("0-9") == list(range(10))
+    assert seed_list("4") == [4]
 
 
 def test_p90_after_the_burst_skips_the_first_concurrency_requests() -> None:
