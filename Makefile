@@ -8,7 +8,7 @@ CONFIG ?=
 
 .PHONY: install install-system serve test test-fast model clean \
 	bench-live-routing bench-sim-routing bench-micro bench-sim-autoscaling sim-autoscaling-suite bench-sim-reaction \
-	bench-live-autoscaling \
+	bench-sim-knobs bench-live-autoscaling \
 	bench-sim-fidelity bench-serving-floor bench-gpu bench-chaos bench-soak bench-batch bench-noisy bench-limits bench-scenario
 
 install: install-system $(STAMP)
@@ -164,6 +164,12 @@ bench-sim-autoscaling sim-autoscaling-suite: install
 bench-sim-reaction: install
 	$(BIN)/python -m simulator.reaction_budget --cells all --lags 0,6,10,12,16,20,30 --seeds 0-9 --tune-seeds 0-4 \
 	  --trace $(TRACE) --json $(RESULTS)/autoscaling-reaction-budget.json
+
+# What the autoscaler's knobs buy: 48 settings (headroom x downscale delay x ramp test) on every suite cell
+# and seed; the frontier of rows met, and each row's cheapest setting in hindsight (~25 min on 2 cores)
+bench-sim-knobs: install
+	$(BIN)/python -m simulator.knob_frontier --seeds 0-9 --tune-seeds 0-4 --trace $(TRACE) \
+	  --json $(RESULTS)/autoscaling-knob-frontier.json
 
 # Live autoscaling 1 -> 2 -> 1 on CPU (~7 min of load), beside the simulated scale-down victim A/B
 # (simulator.retire_ab, ~15 min). Needs a running cluster with the autoscaling config:
