@@ -86,7 +86,7 @@ def summarize(per_seed: dict[str, dict[int, dict[str, Any]]], grid: list[dict[st
                        "both_met": len(set(att) & set(cost)),
                        "missed": sorted(n for n in rows if n not in att or n not in cost)})
     return {"settings": counts, "frontier": frontier(counts), "per_row": {n: row_best(r, grid) for n, r in rows.items()},
-            "rows": {n: [{k: v for k, v in x.items()} for x in r] for n, r in rows.items()}}
+            "rows": rows}
 
 
 def frontier(counts: list[dict[str, Any]]) -> list[int]:
