@@ -166,7 +166,7 @@ bench-sim-reaction: install
 	  --trace $(TRACE) --json $(RESULTS)/autoscaling-reaction-budget.json
 
 # What the autoscaler's knobs buy: 48 settings (headroom x downscale delay x ramp test) on every suite cell
-# and seed; the frontier of rows met, and each row's cheapest setting in hindsight (~25 min on 2 cores)
+# and seed; the frontier of rows met, and each row's cheapest setting in hindsight (~20 min on 2 cores)
 bench-sim-knobs: install
 	$(BIN)/python -m simulator.knob_frontier --seeds 0-9 --tune-seeds 0-4 --trace $(TRACE) \
 	  --json $(RESULTS)/autoscaling-knob-frontier.json

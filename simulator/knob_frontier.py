@@ -22,7 +22,6 @@ import datetime
 import itertools
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -33,9 +32,9 @@ from kvserve.config import AutoscalingConfig
 from simulator.metrics import slo_attainment
 from simulator.oracle import oracle_replica_seconds
 from simulator.runner import run_autoscaler
-from simulator.suite import COST_X, TRACE_NAME, ZeroLagScript, cell_setup, cells, oracle_need, run_script, seed_list
+from simulator.suite import (ATTAINMENT_SLACK, COST_X, TRACE_NAME, ZeroLagScript, cell_setup, cells, command_line,
+                             oracle_need, run_script, seed_list)
 
-ATTAINMENT_SLACK = 0.02  # issue 27: attainment >= causal bound - 0.02
 # trend_z 99: no ramp ever clears it, so the ramp forecast is off.
 GRID = {"headroom": (0.7, 0.8, 0.9, 1.0), "downscale_delay_s": (10.0, 20.0, 30.0, 60.0), "trend_z": (2.5, 4.0, 99.0)}
 
@@ -137,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             per_seed[c.name] = {s: per_seed[c.name][seeds[0]] for s in seeds}
     report, tuned = [s for s in seeds if s not in tune] or seeds, [s for s in seeds if s in tune]
     default = {k: getattr(AutoscalingConfig(), k) for k in grid[0]}
-    out: dict[str, Any] = {"date": datetime.date.today().isoformat(), "command": _command(argv), "grid": grid,
+    out: dict[str, Any] = {"date": datetime.date.today().isoformat(),
+                           "command": command_line("simulator.knob_frontier", argv), "grid": grid,
                            "default_setting": grid.index(default) if default in grid else None,
                            "seeds": {"tune": tuned, "report": report},
                            "report": summarize(per_seed, grid, report),
@@ -163,11 +163,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def _knobs(k: dict[str, float]) -> str:
     return " ".join(f"{n}={v:g}" for n, v in k.items())
 
-
-def _command(argv: Sequence[str] | None) -> str:
-    """The command line, with file arguments by name only (a result file names no machine's paths)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python -m simulator.knob_frontier"] + [Path(a).name if "/" in a else a for a in args])
 
 
 if __name__ == "__main__":

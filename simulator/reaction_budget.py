@@ -16,14 +16,13 @@ import argparse
 import datetime
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from simulator.bounds import LaggedScript
 from simulator.metrics import slo_attainment
-from simulator.suite import TRACE_NAME, cell_setup, cells, oracle_need, run_script, seed_list
+from simulator.suite import TRACE_NAME, cell_setup, cells, command_line, oracle_need, run_script, seed_list
 
 
 def attainment_at_lags(cell_name: str, seed: int, lags: Sequence[float], trace: Path | None = None) -> dict[float, float]:
@@ -51,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lags = [float(x) for x in args.lags.split(",")]
     seeds, tune = seed_list(args.seeds), set(seed_list(args.tune_seeds))
     names = [c.name for c in cells(args.trace)] if args.cells == "all" else args.cells.split(",")
-    out: dict[str, Any] = {"date": datetime.date.today().isoformat(), "command": _command(argv), "lags_s": lags,
+    out: dict[str, Any] = {"date": datetime.date.today().isoformat(),
+                           "command": command_line("simulator.reaction_budget", argv), "lags_s": lags,
                            "seeds": {"tune": sorted(tune & set(seeds)), "report": [s for s in seeds if s not in tune]},
                            "cells": {}}
     for name in names:
@@ -72,11 +72,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return out
 
-
-def _command(argv: Sequence[str] | None) -> str:
-    """The command line, with file arguments by name only (a result file names no machine's paths)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python -m simulator.reaction_budget"] + [Path(a).name if "/" in a else a for a in args])
 
 
 def _fmt(x: float | None) -> str:
