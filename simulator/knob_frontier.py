@@ -24,7 +24,6 @@ import json
 import statistics
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from simulator.metrics import slo_attainment
 from simulator.oracle import oracle_replica_seconds
 from simulator.runner import run_autoscaler
 from simulator.suite import (ATTAINMENT_SLACK, COST_X, TRACE_NAME, ZeroLagScript, cell_setup, cells, command_line,
-                             oracle_need, run_script, seed_list)
+                             map_cells, oracle_need, run_script, seed_list)
 
 # trend_z 99: no ramp ever clears it, so the ramp forecast is off.
 GRID = {"headroom": (0.7, 0.8, 0.9, 1.0), "downscale_delay_s": (10.0, 20.0, 30.0, 60.0), "trend_z": (2.5, 4.0, 99.0)}
@@ -125,15 +124,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     grid = settings(json.loads(args.grid) if args.grid else GRID)
     seeds, tune = seed_list(args.seeds), set(seed_list(args.tune_seeds))
     todo = [c for c in cells(args.trace) if args.only is None or c.name.startswith(args.only)]
-    tasks = [(c.name, s, grid, args.trace) for c in sorted(todo, key=lambda c: c.seeded)
-             for s in (seeds if c.seeded else seeds[:1])]
-    t0, per_seed = time.perf_counter(), {}  # type: ignore[var-annotated]
-    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        for name, seed, res in pool.map(_job, tasks):
-            per_seed.setdefault(name, {})[seed] = res
-    for c in todo:  # the shared trace ignores the seed: one run stands for every seed, as in the suite
-        if not c.seeded:
-            per_seed[c.name] = {s: per_seed[c.name][seeds[0]] for s in seeds}
+    t0 = time.perf_counter()
+    per_seed = map_cells(_job, todo, seeds, (grid, args.trace), args.jobs)
     report, tuned = [s for s in seeds if s not in tune] or seeds, [s for s in seeds if s in tune]
     default = {k: getattr(AutoscalingConfig(), k) for k in grid[0]}
     out: dict[str, Any] = {"date": datetime.date.today().isoformat(),
@@ -162,7 +154,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def _knobs(k: dict[str, float]) -> str:
     return " ".join(f"{n}={v:g}" for n, v in k.items())
-
 
 
 if __name__ == "__main__":

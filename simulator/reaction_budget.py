@@ -73,7 +73,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return out
 
 
-
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 

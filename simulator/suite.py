@@ -321,9 +321,30 @@ def targets(rows: dict[str, dict[str, Any]], bounds: dict[str, Any] | None = Non
     return out
 
 
-def _job(args: tuple[str, Path | None, int, tuple[str, ...]]) -> tuple[str, int, dict[str, Any]]:
-    # By name: a worker process rebuilds the cell (its workload builder does not pickle).
-    name, trace, seed, autoscalers = args
+def map_cells(job: Callable[[tuple[Any, ...]], tuple[str, int, Any]], todo: list[Cell], seeds: list[int],
+              extra: tuple[Any, ...], jobs: int = 2,
+              progress: Callable[[str, int], None] | None = None) -> dict[str, dict[int, Any]]:
+    """{cell: {seed: job's result}} for every cell in `todo` and seed, on a process pool. `job` gets
+    (cell name, seed, *extra) and returns (cell name, seed, result): by name, since a worker process
+    rebuilds the cell (its workload builder does not pickle). A seed-free workload (the shared trace)
+    runs once and stands for every seed."""
+    # Slowest first (the trace), so that the pool's last minutes are not one long job.
+    tasks = [(c.name, s, *extra) for c in sorted(todo, key=lambda c: c.seeded)
+             for s in (seeds if c.seeded else seeds[:1])]
+    results: dict[str, dict[int, Any]] = {}
+    with ProcessPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for name, seed, res in pool.map(job, tasks):
+            results.setdefault(name, {})[seed] = res
+            if progress:
+                progress(name, seed)
+    for c in todo:
+        if not c.seeded:
+            results[c.name] = {s: results[c.name][seeds[0]] for s in seeds}
+    return results
+
+
+def _job(args: tuple[str, int, Path | None, tuple[str, ...]]) -> tuple[str, int, dict[str, Any]]:
+    name, seed, trace, autoscalers = args
     return name, seed, run_cell(next(c for c in cells(trace) if c.name == name), seed, autoscalers)
 
 
@@ -332,18 +353,7 @@ def run_suite(seeds: list[int], tune_seeds: list[int], trace: Path | None, jobs:
               progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     todo = [c for c in cells(trace) if only is None or c.name.startswith(only)]
-    # Slowest first (the trace), so that the pool's last minutes are not one long job.
-    tasks = [(c.name, trace, s, autoscalers) for c in sorted(todo, key=lambda c: c.seeded)
-             for s in (seeds if c.seeded else seeds[:1])]
-    results: dict[str, dict[int, dict[str, Any]]] = {}
-    with ProcessPoolExecutor(max_workers=max(jobs, 1)) as pool:
-        for name, seed, rows in pool.map(_job, tasks):
-            results.setdefault(name, {})[seed] = rows
-            if progress:
-                progress(name, seed)
-    for c in todo:  # a seed-free workload: one run stands for every seed
-        if not c.seeded:
-            results[c.name] = {s: results[c.name][seeds[0]] for s in seeds}
+    results = map_cells(_job, todo, seeds, (trace, autoscalers), jobs, progress)
     report = [s for s in seeds if s not in tune_seeds] or seeds
     tune = [s for s in seeds if s in tune_seeds]
     out: dict[str, Any] = {
